@@ -1,0 +1,3 @@
+from cutsearch.cli import main
+
+main()

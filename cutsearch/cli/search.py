@@ -1,0 +1,72 @@
+"""`cutsearch search`: tune one layer."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cutsearch.cli.app import app, err, out, parse_duration
+from cutsearch.errors import UserError
+
+
+def _layer(m, n, k, dtype, bias, activation, layer_file):
+    from cutsearch.problem import Layer, load_layers
+
+    if layer_file is not None:
+        if any(v is not None for v in (m, n, k)):
+            raise UserError("give either a layer file or --m/--n/--k, not both")
+        layers = load_layers(layer_file)
+        if len(layers) != 1:
+            raise UserError(f"{layer_file} defines {len(layers)} layers: use `cutsearch suite` for several")
+        return next(iter(layers.values()))
+    if None in (m, n, k):
+        raise UserError("give the layer as --m M --n N --k K (or a TOML layer file)")
+    return Layer(m=m, n=n, k=k, dtype=dtype, bias=bias, activation=activation)
+
+
+@app.command("search")
+def search_cmd(
+    layer_file: Optional[Path] = typer.Argument(None, help="TOML file with a [layer] table (M, N, K, dtype, bias)."),
+    m: Optional[int] = typer.Option(None, "--m", help="Rows of x (tokens in the batch)."),
+    n: Optional[int] = typer.Option(None, "--n", help="Output features (rows of W)."),
+    k: Optional[int] = typer.Option(None, "--k", help="Input features."),
+    dtype: str = typer.Option("f16", help="f16 or bf16 (fp32 accumulation)."),
+    bias: bool = typer.Option(False, "--bias/--no-bias", help="Add a bias vector (fused in the epilogue)."),
+    activation: str = typer.Option("none", help="none, relu, gelu or silu (fused)."),
+    trials: int = typer.Option(64, help="Finished trials the study should hold; a rerun resumes up to it."),
+    timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for this run, e.g. 15m."),
+    study: Optional[str] = typer.Option(None, help="Study name (default: from the layer)."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: a journal file under studies/)."),
+    gpu: int = typer.Option(0, help="GPU index to measure on."),
+    evaluator: str = typer.Option("gpu", help="gpu (measure), replay (recorded data) or model (predictions)."),
+    recording: Optional[Path] = typer.Option(None, help="Recorded evaluations, for --evaluator replay."),
+    sampler: str = typer.Option("tpe", help="tpe, random, or model (the model's ranking in order)."),
+    jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes (default: CPU count)."),
+    warm: Optional[int] = typer.Option(None, help="Model-ranked configs enqueued first (default: one batch)."),
+    seed: int = typer.Option(0, help="Sampler seed, for reproducible searches."),
+    studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
+) -> None:
+    """Search the fastest kernel for one layer; running it again resumes the same study."""
+    from cutsearch import tuner
+    from cutsearch.console import ProgressView, print_summary
+    from cutsearch.workspace import Workspace
+
+    if gpu < 0:
+        raise UserError(f"--gpu must be a GPU index (0 or more), got {gpu}")
+    if jobs is not None and jobs <= 0:
+        raise UserError(f"--jobs must be positive, got {jobs}")
+    layer = _layer(m, n, k, dtype, bias, activation, layer_file)
+    seconds = parse_duration(timeout)
+    command = "cutsearch " + shlex.join(sys.argv[1:])
+    if evaluator == "model":
+        err.print("[yellow]--evaluator model: every time below is a model prediction, not a measurement[/]")
+    with ProgressView(err, trials=trials) as view:
+        result = tuner.tune(layer, trials=trials, timeout_s=seconds, study=study, storage=storage,
+                            evaluator=evaluator, gpu=gpu, jobs=jobs, recording=recording, sampler=sampler,
+                            seed=seed, warm=warm, workspace=Workspace(studies_dir), command=command,
+                            events=view.event)
+    print_summary(out, tuner.summary(result, command=command), result)

@@ -1,0 +1,44 @@
+"""`cutsearch worker`: join an existing study as one more worker (one per GPU, any host)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cutsearch.cli.app import app, err, out, parse_duration
+
+
+@app.command("worker")
+def worker_cmd(
+    study: str = typer.Option(..., help="Name of the study to work on."),
+    storage: Optional[str] = typer.Option(None, help="Storage URL shared by all workers, e.g. postgresql://..."),
+    gpu: int = typer.Option(0, help="GPU index this worker measures on."),
+    trials: int = typer.Option(64, help="Evaluated trials the study should reach; workers stop there."),
+    timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for this worker, e.g. 30m."),
+    evaluator: str = typer.Option("gpu", help="gpu, replay or model."),
+    recording: Optional[Path] = typer.Option(None, help="Recorded evaluations, for --evaluator replay."),
+    jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
+    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs)."),
+    seed: Optional[int] = typer.Option(None, help="Sampler seed (default: differs per worker)."),
+    studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
+) -> None:
+    """Work on STUDY until it holds --trials evaluated trials. The layer comes from the study."""
+    import os
+
+    from cutsearch import tuner
+    from cutsearch.console import ProgressView, print_summary
+    from cutsearch.workspace import Workspace
+
+    ws = Workspace(studies_dir)
+    layer = tuner.study_layer(study, storage, ws)
+    command = "cutsearch " + shlex.join(sys.argv[1:])
+    with ProgressView(err, trials=trials) as view:
+        result = tuner.tune(layer, trials=trials, timeout_s=parse_duration(timeout), study=study, storage=storage,
+                            evaluator=evaluator, gpu=gpu, jobs=jobs, recording=recording, batch=batch,
+                            seed=os.getpid() if seed is None else seed, warm=0, workspace=ws, command=command,
+                            events=view.event)
+    print_summary(out, tuner.summary(result, command=command), result)

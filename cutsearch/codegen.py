@@ -1,0 +1,148 @@
+"""Config -> KernelSource: the kernel's C++ from the CUTLASS Python interface, plus the launcher.
+
+The only module that imports `cutlass_cppgen`. Only its code generation is used: its run-time
+path imports `cuda.cuda`, which cuda-python 13 removed, and it needs no GPU to emit code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import string
+from pathlib import Path
+
+from cutsearch.problem import Layer
+from cutsearch.space import Config, kernel_problem
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+if not TEMPLATES.is_dir():  # installed as a wheel: the templates ship inside the package
+    TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+class CodegenError(Exception):
+    """The CUTLASS Python interface refused the configuration."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSource:
+    operation_name: str
+    code: str  # one translation unit: kernel + C-ABI launcher
+    cutlass_version: str
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.code.encode()).hexdigest()
+
+
+def cutlass_version() -> str:
+    return importlib.metadata.version("nvidia-cutlass")
+
+
+def cutlass_include_dirs() -> list[Path]:
+    import cutlass_library
+
+    root = Path(cutlass_library.source_path)
+    return [root / "include", root / "tools" / "util" / "include"]
+
+
+@functools.cache
+def _cutlass():
+    import cutlass_cppgen
+    import cutlass_library
+    from cutlass_cppgen.library_defaults import OptionRegistry
+
+    # Pre-seed what the interface would otherwise learn from a CUDA context.
+    if cutlass_cppgen._nvcc_version is None:
+        try:
+            cutlass_cppgen._nvcc_version = cutlass_cppgen.nvcc_version()
+        except Exception:  # noqa: BLE001 - no nvcc: emitting code does not need it
+            cutlass_cppgen._nvcc_version = "13.0"
+    cutlass_cppgen._option_registry = OptionRegistry(90)
+    # Tracing an epilogue from source text needs two imports that module forgets.
+    import ast
+    import textwrap
+
+    import cutlass_cppgen.epilogue.epilogue as evt_frontend
+
+    evt_frontend.ast, evt_frontend.textwrap = ast, textwrap
+    return cutlass_cppgen, cutlass_library
+
+
+_KERNEL_SCHEDULES = {"auto": "ScheduleAuto", "pingpong": "TmaWarpSpecializedPingpong",
+                     "cooperative": "TmaWarpSpecializedCooperative"}
+_EPILOGUE_SCHEDULES = {
+    ("auto", "auto"): "ScheduleAuto",
+    ("pingpong", "tma"): "TmaWarpSpecialized",
+    ("cooperative", "tma"): "TmaWarpSpecializedCooperative",
+    ("pingpong", "nosmem"): "NoSmemWarpSpecialized",
+    ("cooperative", "nosmem"): "NoSmemWarpSpecialized",
+}
+_TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK"}
+
+
+def _epilogue_fn(layer: Layer):
+    """The EVT the layer needs, traced by the interface from a Python function."""
+    act = layer.activation
+    if layer.bias and act != "none":
+        src = f"def fc(accum, bias):\n    D = {act}(accum + bias)\n    return D\n"
+    elif layer.bias:
+        src = "def fc(accum, bias):\n    D = accum + bias\n    return D\n"
+    elif act != "none":
+        src = f"def fc(accum):\n    D = {act}(accum)\n    return D\n"
+    else:
+        return None
+    return src
+
+
+def render(layer: Layer, config: Config) -> KernelSource:
+    """Emit one translation unit for `config` on `layer`."""
+    cc, cl = _cutlass()
+    kp = kernel_problem(layer, config)
+    element = {"f16": cc.DataType.f16, "bf16": cc.DataType.bf16}[layer.dtype]
+    layout_d = cc.LayoutType.ColumnMajor if config.swap_ab else cc.LayoutType.RowMajor
+    try:
+        plan = cc.op.Gemm(element=element, element_accumulator=cc.DataType.f32,
+                          layout_A=cc.LayoutType.RowMajor, layout_B=cc.LayoutType.ColumnMajor,
+                          layout_C=layout_d, cc=90, kernel_cc=90)
+        fn = _epilogue_fn(layer)
+        if fn is not None:
+            from cutlass_cppgen.backend.evt.ir.tensor import Tensor
+
+            def example(shape, elt, layout=cc.LayoutType.RowMajor):
+                return Tensor(element=elt, shape=shape, layout_tag=layout)
+
+            examples = {"accum": example((kp.m, kp.n), cc.DataType.f32),
+                        "D": example((kp.m, kp.n), element, layout_d)}
+            if layer.bias:
+                # The bias follows N: per column of y, per row of y^T when swapped.
+                examples["bias"] = example((kp.m, 1) if config.swap_ab else (1, kp.n), element)
+            plan.epilogue_visitor = cc.epilogue.trace(fn, examples, cc=90)
+        base = plan.tile_descriptions()[0]
+        td = base.clone_and_update({
+            "threadblock_shape": [config.tile_m * config.cluster_m, config.tile_n * config.cluster_n, config.tile_k],
+            "cluster_shape": [config.cluster_m, config.cluster_n, 1],
+            "stages": config.stages or None,
+            "kernel_schedule": cl.KernelScheduleType[_KERNEL_SCHEDULES[config.kernel_schedule]],
+            "epilogue_schedule": cl.EpilogueScheduleType[
+                _EPILOGUE_SCHEDULES[(config.kernel_schedule, config.epilogue_schedule)]],
+            "tile_scheduler": cl.TileSchedulerType[_TILE_SCHEDULERS[config.tile_scheduler]],
+        })
+        operation = plan.construct(td, alignment_A=kp.align_ab, alignment_B=kp.align_ab,
+                                   alignment_C=kp.align_d)
+        kernel = operation.rt_module.emit()
+        includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
+        name = operation.procedural_name()
+    except KeyError as exc:
+        raise CodegenError(f"no such schedule in this CUTLASS: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the interface raises bare Exception for invalid configs
+        raise CodegenError(str(exc).strip() or type(exc).__name__) from None
+    code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
+                           swap_ab=int(config.swap_ab), has_bias=int(layer.bias),
+                           has_act=int(layer.activation != "none"))
+    return KernelSource(operation_name=name, code=code, cutlass_version=cutlass_version())
+
+
+def render_template(name: str, **values: object) -> str:
+    return string.Template((TEMPLATES / name).read_text()).substitute(values)

@@ -1,0 +1,186 @@
+"""KernelSource -> CompiledKernel: the only module that runs nvcc.
+
+Builds run in parallel behind the content-addressed cache. The cache key holds everything
+that changes the binary: the source, the flags, the nvcc version, the CUTLASS version and the
+target architecture.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from cutsearch.cache import Cache
+from cutsearch.codegen import KernelSource, cutlass_include_dirs
+from cutsearch.errors import EnvironmentProblem
+from cutsearch.outcome import Failure, FailureKind
+
+ARCH = "sm_90a"
+FLAGS = (
+    "-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr",
+    "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-fPIC", "-shared", "-Xptxas=-v",
+)
+MIN_NVCC = (12, 0)  # the first toolkit that targets sm_90a
+LIBRARY = "kernel.so"
+SOURCE = "kernel.cu"
+LOG = "nvcc.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class Toolchain:
+    nvcc: str
+    nvcc_version: str
+    cutlass_version: str
+    arch: str = ARCH
+    flags: tuple[str, ...] = FLAGS
+
+    @classmethod
+    def find(cls, cutlass_version: str) -> Toolchain:
+        nvcc = os.environ.get("CUTSEARCH_NVCC") or shutil.which("nvcc")
+        if not nvcc:
+            cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+            candidate = Path(cuda_home) / "bin" / "nvcc"
+            nvcc = str(candidate) if candidate.is_file() else None
+        if not nvcc:
+            raise EnvironmentProblem("nvcc not found: install a CUDA toolkit (12.0 or newer) and put nvcc on PATH")
+        try:
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EnvironmentProblem(f"cannot run {nvcc}: {exc}") from None
+        found = re.search(r"release (\d+)\.(\d+)", out)
+        if not found:
+            raise EnvironmentProblem(f"cannot read the version of {nvcc}")
+        version = (int(found[1]), int(found[2]))
+        if version < MIN_NVCC:
+            raise EnvironmentProblem(f"nvcc {version[0]}.{version[1]} is too old for sm_90a: CUDA 12.0 or newer is needed")
+        return cls(nvcc=nvcc, nvcc_version=f"{version[0]}.{version[1]}", cutlass_version=cutlass_version)
+
+    def key(self, source: KernelSource) -> str:
+        identity = {"source": source.digest, "flags": list(self.flags), "nvcc": self.nvcc_version,
+                    "cutlass": self.cutlass_version, "arch": self.arch}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclasses.dataclass(frozen=True)
+class PtxasReport:
+    registers: int | None
+    spill_bytes: int
+    stack_bytes: int
+    serialized_wgmma: bool  # ptxas C7510: wgmma serialized, a slow kernel
+
+    @property
+    def defect(self) -> str | None:
+        if self.serialized_wgmma:
+            return "ptxas serialized the wgmma instructions (C7510)"
+        if self.spill_bytes:
+            return f"ptxas spilled {self.spill_bytes} bytes of registers"
+        return None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def parse(cls, log: str) -> PtxasReport:
+        # Only the GEMM kernel's report matters; the launcher has no device code of its own.
+        regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+        spills = sum(int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log))
+        stack = max((int(s) for s in re.findall(r"(\d+) bytes stack frame", log)), default=0)
+        return cls(registers=max(regs) if regs else None, spill_bytes=spills, stack_bytes=stack,
+                   serialized_wgmma="C7510" in log)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledKernel:
+    key: str
+    library: Path
+    source: Path
+    ptxas: PtxasReport
+    compile_s: float
+    cached: bool  # True when this process found it built
+    log: str = ""
+
+
+class Compiler:
+    def __init__(self, cache: Cache, toolchain: Toolchain, *, jobs: int | None = None,
+                 timeout_s: float = 900.0) -> None:
+        self.cache = cache
+        self.toolchain = toolchain
+        self.jobs = jobs or max(1, os.cpu_count() or 1)
+        self.timeout_s = timeout_s
+
+    def lookup(self, source: KernelSource) -> CompiledKernel | Failure | None:
+        key = self.toolchain.key(source)
+        manifest = self.cache.manifest(key)
+        return None if manifest is None else self._from_manifest(key, manifest, cached=True)
+
+    def compile(self, source: KernelSource) -> CompiledKernel | Failure:
+        key = self.toolchain.key(source)
+        manifest = self.cache.manifest(key)
+        if manifest is not None:
+            return self._from_manifest(key, manifest, cached=True)
+        try:
+            staged = self.cache.staging()
+            (staged / SOURCE).write_text(source.code)
+        except OSError as exc:
+            raise _disk_problem(exc, self.cache.root) from None
+        cmd = [self.toolchain.nvcc, *self.toolchain.flags,
+               *(f"-I{p}" for p in cutlass_include_dirs()), SOURCE, "-o", LIBRARY]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=staged, capture_output=True, text=True, timeout=self.timeout_s)
+            log, ok = proc.stdout + proc.stderr, proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            log, ok = f"nvcc did not finish in {self.timeout_s:.0f} s", False
+        elapsed = time.monotonic() - start
+        if ok and not (staged / LIBRARY).is_file():
+            log, ok = log + "\nnvcc exited 0 but wrote no library", False
+        if not ok and re.search(r"No space left on device", log):
+            self.cache.discard(staged)
+            raise EnvironmentProblem(f"the disk holding {self.cache.root} is full: free space and resume")
+        if not ok:
+            # A compile error is a property of the source: remember it, never build it again.
+            (staged / LIBRARY).unlink(missing_ok=True)
+        try:
+            (staged / LOG).write_text(log)
+            manifest = {"ok": ok, "compile_s": round(elapsed, 3), "operation": source.operation_name,
+                        "nvcc": self.toolchain.nvcc_version, "cutlass": self.toolchain.cutlass_version,
+                        "arch": self.toolchain.arch, "flags": list(self.toolchain.flags)}
+            self.cache.commit(key, staged, manifest)
+        except OSError as exc:
+            self.cache.discard(staged)
+            raise _disk_problem(exc, self.cache.root) from None
+        return self._from_manifest(key, self.cache.manifest(key) or manifest, cached=False)
+
+    def compile_many(self, sources: Iterable[tuple[object, KernelSource]],
+                     ) -> Iterator[tuple[object, CompiledKernel | Failure]]:
+        """Compile in parallel; yield (tag, result) as each finishes."""
+        with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
+            futures = {pool.submit(self.compile, src): tag for tag, src in sources}
+            for done in concurrent.futures.as_completed(futures):
+                yield futures[done], done.result()
+
+    def _from_manifest(self, key: str, manifest: dict, *, cached: bool) -> CompiledKernel | Failure:
+        entry = self.cache.path(key)
+        log = (entry / LOG).read_text() if (entry / LOG).is_file() else ""
+        if not manifest.get("ok"):
+            first = next((line for line in log.splitlines() if "error" in line), "nvcc failed")
+            return Failure(kind=FailureKind.COMPILE_ERROR, message=first.strip()[:300], log=log)
+        return CompiledKernel(key=key, library=entry / LIBRARY, source=entry / SOURCE,
+                              ptxas=PtxasReport.parse(log), compile_s=manifest["compile_s"], cached=cached, log=log)
+
+
+def _disk_problem(exc: OSError, where: Path) -> EnvironmentProblem:
+    if exc.errno == errno.ENOSPC:
+        return EnvironmentProblem(f"the disk holding {where} is full: free space and resume")
+    return EnvironmentProblem(f"cannot write the kernel cache at {where}: {exc.strerror or exc}")
+

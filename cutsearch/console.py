@@ -1,0 +1,107 @@
+"""Terminal views: live progress of a search, and the one-screen summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+class ProgressView:
+    """Renders search events: compiled / measured / best so far."""
+
+    def __init__(self, console: Console, *, trials: int) -> None:
+        self.console = console
+        self.trials = trials
+        self.compiled = self.cached = self.measured = self.failed = 0
+        self.best_us: float | None = None
+        self.cublas_us: float | None = None
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+                                 console=console, transient=False)
+        self.task = None
+
+    def __enter__(self) -> ProgressView:
+        self.progress.__enter__()
+        self.task = self.progress.add_task("trials", total=self.trials, status="starting")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def _status(self) -> str:
+        best = f"best {self.best_us:.1f} µs" if self.best_us else "best -"
+        if self.best_us and self.cublas_us:
+            best += f" (cuBLAS {self.cublas_us:.1f} µs, {self.cublas_us / self.best_us:.2f}x)"
+        return (f"compiled {self.compiled} (+{self.cached} cached) · measured {self.measured} · "
+                f"failed {self.failed} · {best}")
+
+    def event(self, name: str, data: dict[str, Any]) -> None:
+        if name == "batch":
+            self.progress.update(self.task, completed=data["done"])
+        elif name == "compiled":
+            if data.get("cached"):
+                self.cached += 1
+            else:
+                self.compiled += 1
+        elif name == "measured":
+            self.measured += 1
+        elif name == "best":
+            self.best_us, self.cublas_us = data["median_us"], data.get("cublas_us")
+        elif name == "trial":
+            self.failed += data.get("failure") is not None
+            self.progress.advance(self.task)
+        elif name == "reaped":
+            self.console.print(f"reaped {len(data['trials'])} trial(s) left RUNNING by a killed run")
+        elif name == "timeout":
+            self.console.print(f"time limit reached after {data['elapsed_s']:.0f} s: stopping after this batch")
+        elif name == "exhausted":
+            self.console.print("the sampler proposes only configs already tried: the space is exhausted")
+        self.progress.update(self.task, status=self._status())
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} µs"
+
+
+def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> None:
+    layer = s["layer"]
+    title = (f"{s['study']}: {layer['M']}x{layer['N']}x{layer['K']} {layer['dtype']}"
+             f"{' +bias' if layer['bias'] else ''}{'' if layer['activation'] == 'none' else ' ' + layer['activation']}")
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("best kernel", _us(s["best_us"]))
+    table.add_row("cuBLAS (F.linear)", _us(s["cublas_us"]))
+    table.add_row("speedup", "-" if s["speedup"] is None else f"{s['speedup']:.2f}x")
+    table.add_row("roofline floor", f"{s['floor_us']:.1f} µs"
+                  + ("" if not s["fraction_of_floor"] else f" ({100 * s['fraction_of_floor']:.0f}% reached)"))
+    table.add_row("trials", f"{s['trials']} ({s['new_trials']} new, {s['new_compiles']} compiled in this run)")
+    failures = ", ".join(f"{k} {v}" for k, v in sorted(s["failures"].items())) or "none"
+    table.add_row("failures", failures)
+    if s["best"]:
+        table.add_row("config", _config_line(s["best"]["config"], s["best"]["knobs"]))
+    table.add_row("wall time", f"{s['wall_s']:.0f} s")
+    if s.get("gpu"):
+        table.add_row("GPU", s["gpu"])
+    console.print(table)
+    if s.get("note"):
+        console.print(f"[yellow]{s['note']}[/]")
+    if s["cublas_wins"]:
+        console.print("[yellow]cuBLAS is faster for this layer: an export will call cuBLAS instead[/]")
+
+
+def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
+    line = (f"CTA {c['tile_m']}x{c['tile_n']}x{c['tile_k']}, cluster {c['cluster_m']}x{c['cluster_n']}, "
+            f"{c['kernel_schedule']}/{c['epilogue_schedule']}, stages {c['stages'] or 'auto'}, {c['tile_scheduler']}")
+    if c["swap_ab"]:
+        line += ", A/B swapped"
+    if c["pad"]:
+        line += ", padded"
+    raster = {0: "heuristic", 1: "along M", 2: "along N"}[knobs.get("raster", 0)]
+    line += f"; raster {raster}, swizzle {knobs.get('swizzle', 1)}"
+    if knobs.get("splits", 1) > 1:
+        line += f", splits {knobs['splits']}"
+    return line

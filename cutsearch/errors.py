@@ -1,0 +1,9 @@
+"""Errors a user can fix. The CLI prints these as one line; anything else is a bug."""
+
+
+class UserError(Exception):
+    """Bad input or environment: reported as one clear line and a non-zero exit."""
+
+
+class EnvironmentProblem(UserError):
+    """The machine lacks something cutsearch needs (nvcc, a Hopper GPU, torch...)."""

@@ -1,0 +1,209 @@
+"""Evaluators turn a batch of configs into Evaluations. All three pass one contract test suite.
+
+- GpuEvaluator: generate, compile in parallel, and measure on the GPU in a killable worker.
+- ReplayEvaluator: answer from recorded H200 evaluations (labelled as recorded).
+- ModelEvaluator: answer from the analytic cost model (labelled as predictions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+from cutsearch import model
+from cutsearch.outcome import Failure, FailureKind, Measurement, Outcome, Timing
+from cutsearch.problem import Layer
+from cutsearch.space import Config, Knobs, kernel_problem, knob_grid
+
+log = logging.getLogger(__name__)
+
+# Seconds a measurement may take before the worker is presumed hung and killed.
+MEASURE_TIMEOUT_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    config: Config
+    outcome: Outcome
+    source: str                     # "measured", "recorded" or "predicted"
+    compile_s: float | None = None
+    cached: bool = False            # the kernel was already built
+    kernel_key: str | None = None
+    ptxas: dict[str, Any] | None = None
+    compile_log: str | None = dataclasses.field(default=None, repr=False)  # kept as an artifact only
+
+    def to_dict(self) -> dict[str, Any]:
+        body = {"config": self.config.to_dict(), "source": self.source, "compile_s": self.compile_s,
+                "cached": self.cached, "kernel_key": self.kernel_key, "ptxas": self.ptxas}
+        if isinstance(self.outcome, Measurement):
+            body["measurement"] = self.outcome.to_dict()
+        else:
+            body["failure"] = self.outcome.to_dict()
+        return body
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str | None = None) -> Evaluation:
+        outcome = Measurement.from_dict(d["measurement"]) if d.get("measurement") else Failure.from_dict(d["failure"])
+        return cls(config=Config.from_dict(d["config"]), outcome=outcome, source=source or d.get("source", "measured"),
+                   compile_s=d.get("compile_s"), cached=d.get("cached", False), kernel_key=d.get("kernel_key"),
+                   ptxas=d.get("ptxas"))
+
+
+Events = Callable[[str, dict[str, Any]], None]
+
+
+class Evaluator(Protocol):
+    source: str
+
+    def evaluate(self, layer: Layer, configs: list[Config], events: Events | None = None) -> Iterator[Evaluation]:
+        """Yield one Evaluation per config, in any order, as each is ready."""
+
+    def close(self) -> None: ...
+
+
+def _emit(events: Events | None, name: str, **data: Any) -> None:
+    if events is not None:
+        events(name, data)
+
+
+class GpuEvaluator:
+    source = "measured"
+
+    def __init__(self, *, cache_dir: Path, gpu: int = 0, jobs: int | None = None,
+                 measure_timeout_s: float = MEASURE_TIMEOUT_S, worker=None, toolchain=None) -> None:
+        from cutsearch.cache import Cache
+        from cutsearch.codegen import cutlass_version
+        from cutsearch.compiler import Compiler, Toolchain
+        from cutsearch.pool import WorkerProcess
+
+        self.toolchain = toolchain or Toolchain.find(cutlass_version())
+        cache = Cache(cache_dir)
+        cache.sweep_staging()
+        self.compiler = Compiler(cache, self.toolchain, jobs=jobs)
+        self.worker = worker or WorkerProcess(gpu)
+        self.gpu = gpu
+        self.measure_timeout_s = measure_timeout_s
+        self._device = None
+
+    def device(self):
+        """The GPU's identity, asked of the worker (the parent never touches the GPU)."""
+        if self._device is None:
+            from cutsearch.errors import EnvironmentProblem
+            from cutsearch.worker import DeviceInfoRequest
+
+            reply = self.worker.call(DeviceInfoRequest(), timeout_s=180)
+            if isinstance(reply, Failure):
+                raise EnvironmentProblem(f"cannot use GPU {self.gpu}: {reply.message}")
+            if reply.capability[0] != 9:
+                raise EnvironmentProblem(f"GPU {self.gpu} is {reply.name} (sm_{reply.capability[0]}{reply.capability[1]}): "
+                                         "cutsearch's kernels need a Hopper GPU (sm_90a: H100, H200)")
+            self._device = reply
+        return self._device
+
+    def evaluate(self, layer: Layer, configs: list[Config], events: Events | None = None) -> Iterator[Evaluation]:
+        from cutsearch import codegen
+        from cutsearch.compiler import CompiledKernel
+        from cutsearch.worker import MeasureRequest
+
+        self.device()
+        sources = []
+        for i, config in enumerate(configs):
+            try:
+                sources.append((i, codegen.render(layer, config)))
+            except codegen.CodegenError as exc:
+                yield Evaluation(config=config, source=self.source,
+                                 outcome=Failure(kind=FailureKind.INVALID, message=str(exc)[:300], log=str(exc)))
+        _emit(events, "compiling", count=len(sources))
+        for i, built in self.compiler.compile_many(sources):
+            config = configs[i]
+            if isinstance(built, Failure):
+                _emit(events, "compiled", ok=False, cached=False)
+                yield Evaluation(config=config, outcome=built, source=self.source)
+                continue
+            info = dict(compile_s=built.compile_s, cached=built.cached, kernel_key=built.key,
+                        ptxas=built.ptxas.to_dict(), compile_log=built.log)
+            _emit(events, "compiled", ok=True, cached=built.cached)
+            if built.ptxas.defect:
+                yield Evaluation(config=config, source=self.source, **info,
+                                 outcome=Failure(kind=FailureKind.DEFECT, message=built.ptxas.defect))
+                continue
+            kp = kernel_problem(layer, config)
+            request = MeasureRequest(library=str(built.library), m=layer.m, n=layer.n, k=layer.k, dtype=layer.dtype,
+                                     bias=layer.bias, activation=layer.activation, pad_n=kp.pad_n, pad_k=kp.pad_k,
+                                     knobs=tuple(knob_grid(config, layer)), seed=i + 1)
+            reply = self.worker.call(request, timeout_s=self.measure_timeout_s)
+            _emit(events, "measured", ok=isinstance(reply, Measurement))
+            yield Evaluation(config=config, outcome=reply, source=self.source, **info)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class ReplayEvaluator:
+    """Replays recorded H200 evaluations. Every outcome it gives was measured earlier, not now."""
+
+    source = "recorded"
+
+    def __init__(self, recording: dict[str, Evaluation], *, delay_s: float = 0.0) -> None:
+        self.recording = recording
+        self.delay_s = delay_s
+
+    @classmethod
+    def load(cls, path: Path, layer: Layer | None = None) -> ReplayEvaluator:
+        data = json.loads(Path(path).read_text())
+        if layer is not None and data.get("layer") and Layer.from_dict(data["layer"]).to_dict() != layer.to_dict():
+            from cutsearch.errors import UserError
+
+            raise UserError(f"recording {path} is for layer {data['layer']}, not {layer.to_dict()}")
+        evals = [Evaluation.from_dict(e, source="recorded") for e in data["evaluations"]]
+        return cls({e.config.key: e for e in evals})
+
+    def configs(self) -> list[Config]:
+        return [e.config for e in self.recording.values()]
+
+    def evaluate(self, layer: Layer, configs: list[Config], events: Events | None = None) -> Iterator[Evaluation]:
+        for config in configs:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            found = self.recording.get(config.key)
+            if found is None:
+                yield Evaluation(config=config, source=self.source, outcome=Failure(
+                    kind=FailureKind.INVALID, message="not in the recording: this config was not measured"))
+            else:
+                yield dataclasses.replace(found, source=self.source, cached=True)
+            _emit(events, "measured", ok=found is not None and isinstance(found.outcome, Measurement))
+
+    def close(self) -> None:
+        pass
+
+
+class ModelEvaluator:
+    """Predictions of the analytic model: for planning a search on a machine without a GPU."""
+
+    source = "predicted"
+
+    def __init__(self, coeff: model.Coefficients = model.DEFAULT) -> None:
+        self.coeff = coeff
+
+    def evaluate(self, layer: Layer, configs: list[Config], events: Events | None = None) -> Iterator[Evaluation]:
+        for config in configs:
+            knobs, t = model.best_knobs(layer, config, knob_grid(config, layer), self.coeff)
+            timing = Timing(median_us=t, p20_us=t, p80_us=t, reps=0)
+            yield Evaluation(config=config, source=self.source,
+                             outcome=Measurement(timing=timing, knobs=knobs, rel_error=0.0))
+            _emit(events, "measured", ok=True)
+
+    def close(self) -> None:
+        pass
+
+
+def save_recording(path: Path, layer: Layer, evaluations: Iterable[Evaluation], **meta: Any) -> None:
+    """Write evaluations as a recording a ReplayEvaluator can load."""
+    body = {"recorded": True, "layer": layer.to_dict(), **meta,
+            "evaluations": [e.to_dict() for e in evaluations]}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(body, indent=1))

@@ -1,0 +1,134 @@
+"""An analytic cost model of one SM90 GEMM configuration on an H200.
+
+It ranks the space before anything is compiled. It accounts for the roofline, wave
+quantization over the SMs, tile padding waste, the operand feed of small tiles, cluster and
+stages, and the per-call cost of each layout transform. Its numbers are predictions: they
+order candidates, they are never reported as measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
+from cutsearch.space import SM_COUNT, Config, Knobs, kernel_problem
+
+
+@dataclasses.dataclass(frozen=True)
+class Coefficients:
+    """Free constants, calibrated against recorded H200 measurements (see calibrate())."""
+
+    launch_us: float = 4.0        # launch, prologue and epilogue drain of one kernel
+    tile_fill_us: float = 0.35    # pipeline fill per wave of tiles
+    l2_feed_bytes_per_s: float = 8e10    # operand bytes one SM pulls from L2
+    dram_feed_bytes_per_s: float = 4e10  # ... and straight from DRAM, when nothing is reused
+    copy_overhead_us: float = 2.0  # one extra pitched copy or memset launch
+    k_step_us: float = 0.02        # barrier and issue cost of one k-block, whatever its size
+    stage_penalty: tuple[float, ...] = (1.25, 1.25, 1.25, 1.08, 1.02, 1.0, 1.0, 1.0)
+
+
+DEFAULT = Coefficients()
+
+
+def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
+               coeff: Coefficients = DEFAULT) -> float:
+    kp = kernel_problem(layer, config)
+    e = BYTES[layer.dtype]
+    tm, tn, tk = config.tile_m, config.tile_n, config.tile_k
+    tiles_m, tiles_n = math.ceil(kp.m / tm), math.ceil(kp.n / tn)
+    cluster = config.cluster_m * config.cluster_n
+    # Clusters launch whole: a partial cluster still occupies its SMs.
+    tiles = math.ceil(tiles_m / config.cluster_m) * config.cluster_m * math.ceil(tiles_n / config.cluster_n) * config.cluster_n
+    k_iters = math.ceil(kp.k / tk)
+    per_sm_flops = PEAK_FLOPS / SM_COUNT
+    # A tile's time: the MMA rate, or the operand feed when the tile is thin.
+    tile_flops = 2 * tm * tn * tk
+    tile_bytes = (tm + tn) * tk * e / (1.25 if cluster > 1 else 1.0)  # multicast halves one operand's traffic
+    # Operand traffic that L2 cannot serve from reuse comes from DRAM, at a lower per-SM rate.
+    traffic = tiles * k_iters * (tm + tn) * tk * e
+    unique = (kp.m * kp.k + kp.n * kp.k) * e
+    dram_share = min(1.0, unique / traffic) if traffic else 1.0
+    feed = 1.0 / (dram_share / coeff.dram_feed_bytes_per_s + (1 - dram_share) / coeff.l2_feed_bytes_per_s)
+    step_s = max(tile_flops / per_sm_flops, tile_bytes / feed) + coeff.k_step_us * 1e-6
+    # Warpgroup occupancy: a 64-row tile on the cooperative schedule idles half the math.
+    if config.kernel_schedule == "pingpong":
+        step_s *= 0.95  # overlaps one tile's epilogue with the next tile's MMA
+    stages = config.stages or 6
+    step_s *= coeff.stage_penalty[min(stages, len(coeff.stage_penalty) - 1)]
+    slots = SM_COUNT // cluster * cluster
+    splits = 1
+    if config.tile_scheduler == "streamk" and knobs is not None and knobs.decomposition in (2, 3):
+        splits = knobs.splits if knobs.decomposition == 2 else max(1, min(k_iters, slots // max(tiles, 1)))
+    if splits > 1:
+        waves = math.ceil(tiles * splits / slots)
+        compute_s = waves * math.ceil(k_iters / splits) * step_s
+        reduce_s = tiles * tm * tn * 4 * 2 * splits / PEAK_BYTES_PER_S
+    else:
+        waves = math.ceil(tiles / slots)
+        compute_s = waves * k_iters * step_s
+        reduce_s = 0.0
+    # DRAM: every operand once, the padded output once.
+    dram = (kp.m * kp.k + kp.n * kp.k + kp.m * kp.n) * e + (layer.n * e if layer.bias else 0)
+    memory_s = dram / PEAK_BYTES_PER_S
+    t = max(compute_s, memory_s) + reduce_s
+    t_us = t * 1e6 + coeff.launch_us + waves * coeff.tile_fill_us
+    # Per-call transforms: a pitched copy reads and writes its bytes once.
+    if kp.pad_k != layer.k:
+        t_us += coeff.copy_overhead_us + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6
+    if kp.pad_n != layer.n:
+        t_us += coeff.copy_overhead_us + 2 * layer.m * layer.n * e / PEAK_BYTES_PER_S * 1e6
+    if config.tile_scheduler == "streamk":
+        t_us += coeff.copy_overhead_us  # the workspace reset before every launch
+    return t_us
+
+
+def best_knobs(layer: Layer, config: Config, grid: list[Knobs], coeff: Coefficients = DEFAULT) -> tuple[Knobs, float]:
+    scored = [(predict_us(layer, config, k, coeff), i, k) for i, k in enumerate(grid)]
+    t, _, k = min(scored)
+    return k, t
+
+
+def rank(layer: Layer, configs: list[Config], coeff: Coefficients = DEFAULT) -> list[tuple[float, Config]]:
+    """Configs with predicted times, fastest first."""
+    from cutsearch.space import knob_grid
+
+    scored = [(best_knobs(layer, c, knob_grid(c, layer), coeff)[1], c) for c in configs]
+    return sorted(scored, key=lambda s: (s[0], s[1].key))
+
+
+def diverse_top(ranked: list[tuple[float, Config]], count: int, per_shape: int = 2) -> list[Config]:
+    """The best `count` configs, at most `per_shape` per CTA tile and schedule.
+
+    The model ties many near-identical configs; spreading the first batch over shapes makes
+    the warm start robust to the model's errors.
+    """
+    picked: list[Config] = []
+    seen: dict[tuple, int] = {}
+    for _, c in ranked:
+        group = (c.tile_m, c.tile_n, c.tile_k, c.kernel_schedule, c.tile_scheduler)
+        if seen.get(group, 0) < per_shape:
+            seen[group] = seen.get(group, 0) + 1
+            picked.append(c)
+            if len(picked) == count:
+                break
+    return picked
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Rank correlation, for reporting how well the model orders measured kernels."""
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=v.__getitem__)
+        r = [0.0] * len(v)
+        for pos, idx in enumerate(order):
+            r[idx] = float(pos)
+        return r
+
+    if len(xs) < 2:
+        return float("nan")
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    sy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (sx * sy) if sx and sy else float("nan")

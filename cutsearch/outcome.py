@@ -1,0 +1,84 @@
+"""What evaluating one candidate yields: a Measurement or a typed Failure, each with its log."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from cutsearch.space import Knobs
+
+
+class FailureKind(str, enum.Enum):
+    INVALID = "invalid"            # rejected by a space rule or by the CUTLASS interface
+    COMPILE_ERROR = "compile_error"
+    LAUNCH_ERROR = "launch_error"  # can_implement, initialize or launch refused it
+    WRONG_RESULT = "wrong_result"  # NaN, or relative error over the tolerance
+    TIMEOUT = "timeout"            # a hang: the worker was killed and replaced
+    CRASH = "crash"                # the worker died (illegal address poisons the context)
+    DEFECT = "defect"              # built, but ptxas serialized wgmma or spilled registers
+    INTERRUPTED = "interrupted"    # its process was killed; reaped on resume, may be retried
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Failure:
+    kind: FailureKind
+    message: str
+    log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "message": self.message, "log": self.log[-20000:]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Failure:
+        return cls(kind=FailureKind(d["kind"]), message=d["message"], log=d.get("log", ""))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timing:
+    """Cold-L2 CUDA-event timing of one call, in microseconds."""
+
+    median_us: float
+    p20_us: float
+    p80_us: float
+    reps: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Timing:
+        return cls(**{k: d[k] for k in ("median_us", "p20_us", "p80_us", "reps")})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """A correct candidate's best run-time variant, with every variant it tried."""
+
+    timing: Timing
+    knobs: Knobs
+    rel_error: float
+    variants: tuple[tuple[Knobs, float], ...] = ()  # (knobs, median_us) of the second level
+    baseline: Timing | None = None                  # cuBLAS, same process, same inputs
+
+    @property
+    def median_us(self) -> float:
+        return self.timing.median_us
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline.median_us / self.timing.median_us if self.baseline else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"timing": self.timing.to_dict(), "knobs": self.knobs.to_dict(), "rel_error": self.rel_error,
+                "variants": [[k.to_dict(), t] for k, t in self.variants],
+                "baseline": self.baseline.to_dict() if self.baseline else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Measurement:
+        return cls(timing=Timing.from_dict(d["timing"]), knobs=Knobs(**d["knobs"]), rel_error=d["rel_error"],
+                   variants=tuple((Knobs(**k), t) for k, t in d.get("variants", [])),
+                   baseline=Timing.from_dict(d["baseline"]) if d.get("baseline") else None)
+
+
+Outcome = Measurement | Failure

@@ -1,0 +1,101 @@
+"""The study's durable outputs: `studies/<study>/best/` and `studies/results/<study>.json`.
+
+Both are written to a temporary name and renamed into place, so a killed run leaves either
+the old version or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BEST = "best"
+META = "meta.json"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_json(path: Path, data: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[str, Any]) -> Path:
+    """Replace directory `target` with `files` plus a meta.json holding every file's sha256."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        hashes = {}
+        for name, content in files.items():
+            dest = staged / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, Path):
+                shutil.copyfile(content, dest)
+            elif isinstance(content, bytes):
+                dest.write_bytes(content)
+            else:
+                dest.write_text(content)
+            hashes[name] = sha256(dest)
+        (staged / META).write_text(json.dumps({**meta, "files": hashes}, indent=2) + "\n")
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.rename(target, old)
+        os.rename(staged, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return target
+
+
+def recover_dir(target: Path) -> None:
+    """Put back a directory a killed `write_dir` had moved aside but not yet replaced."""
+    target = Path(target)
+    if not target.exists():
+        olds = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.stat().st_mtime)
+        if olds:
+            os.rename(olds[-1], target)
+    for leftover in target.parent.glob(f".{target.name}.*"):
+        if leftover.is_dir() and ".old-" not in leftover.name:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def verify_dir(target: Path) -> dict[str, Any]:
+    """meta.json of `target` after checking that every file it names is there, unchanged."""
+    from cutsearch.errors import UserError
+
+    meta_path = Path(target) / META
+    if not meta_path.is_file():
+        raise UserError(f"{target} has no {META}: not a cutsearch kernel directory")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{meta_path} is not valid JSON: {exc}") from None
+    for name, digest in meta.get("files", {}).items():
+        path = Path(target) / name
+        if not path.is_file():
+            raise UserError(f"{target}: {name} is missing")
+        if sha256(path) != digest:
+            raise UserError(f"{target}: {name} does not match its sha256 in {META}: refusing to load it")
+    return meta

@@ -1,0 +1,133 @@
+"""The fully-connected layer a search is for: y = act(x @ W^T + b)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from cutsearch.errors import UserError
+
+DTYPES = ("f16", "bf16")
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
+INT32_MAX = 2**31 - 1
+BYTES = {"f16": 2, "bf16": 2}
+
+# Ceilings measured on the H200 (shared measurement protocol): bf16 dense matmul, D2D copy.
+PEAK_FLOPS = 790e12
+PEAK_BYTES_PER_S = 4.3e12
+# Device memory one layer may need (x, W, y, padding), far below an H200's 141 GB.
+MAX_LAYER_BYTES = 64 * 2**30
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Layer:
+    """x is M x K row-major, W is N x K (constant), y is M x N row-major."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "f16"
+    bias: bool = False
+    activation: str = "none"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        for dim in ("m", "n", "k"):
+            value = getattr(self, dim)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UserError(f"{dim.upper()} must be an integer, got {value!r}")
+            if value <= 0:
+                raise UserError(f"{dim.upper()} must be positive, got {value}")
+            if value > INT32_MAX:
+                raise UserError(f"{dim.upper()}={value} is beyond int32, which CUTLASS indexes with")
+        if self.dtype not in DTYPES:
+            raise UserError(f"unsupported dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}"
+                            " (fp32 accumulation is implied)")
+        if self.activation not in ACTIVATIONS:
+            raise UserError(f"unsupported activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
+        if self.bytes > MAX_LAYER_BYTES:
+            raise UserError(f"layer {self.m}x{self.n}x{self.k} needs {self.bytes / 2**30:.0f} GiB of "
+                            f"device memory, over the {MAX_LAYER_BYTES // 2**30} GiB this tool allows")
+
+    @property
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    @property
+    def slug(self) -> str:
+        """A file-system safe name that identifies the layer's math."""
+        epi = ("-bias" if self.bias else "") + ("" if self.activation == "none" else f"-{self.activation}")
+        return f"fc-{self.shape}-{self.dtype}{epi}"
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> int:
+        e = BYTES.get(self.dtype, 2)
+        return e * (self.m * self.k + self.n * self.k + self.m * self.n + (self.n if self.bias else 0))
+
+    @property
+    def floor_us(self) -> float:
+        """Roofline floor: no kernel for this layer runs much faster on an H200."""
+        return max(self.flops / PEAK_FLOPS, self.bytes / PEAK_BYTES_PER_S) * 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"M": self.m, "N": self.n, "K": self.k, "dtype": self.dtype, "bias": self.bias,
+                "activation": self.activation}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, name: str | None = None) -> Layer:
+        known = {"M", "N", "K", "m", "n", "k", "dtype", "bias", "activation", "name"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"unknown layer key(s): {', '.join(unknown)}")
+        try:
+            m, n, k = (data[key] if key in data else data[key.lower()] for key in ("M", "N", "K"))
+        except KeyError as missing:
+            raise UserError(f"layer is missing {str(missing).upper()}") from None
+        bias = data.get("bias", False)
+        if not isinstance(bias, bool):
+            raise UserError(f"bias must be true or false, got {bias!r}")
+        return cls(m=m, n=n, k=k, dtype=data.get("dtype", "f16"), bias=bias,
+                   activation=data.get("activation", "none"), name=data.get("name", name))
+
+
+def pad_to(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def alignment(extent: int, dtype: str, *, vector_bytes: int = 16) -> int:
+    """Largest power-of-two element count dividing `extent`, capped at one 16-byte vector."""
+    cap = vector_bytes // BYTES[dtype]
+    return math.gcd(extent, cap) if extent else cap
+
+
+def load_layers(path: Path) -> dict[str, Layer]:
+    """Layers from a TOML file: a [layer] table, or one table per named layer."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"layer file {path} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"layer file {path} is not valid TOML: {exc}") from None
+    if "layer" in data and isinstance(data["layer"], dict):
+        table = data["layer"]
+        return {table.get("name", Path(path).stem): Layer.from_dict(table, name=table.get("name", Path(path).stem))}
+    layers = {}
+    for name, table in data.items():
+        if not isinstance(table, dict):
+            continue
+        fields = {key: value for key, value in table.items() if key in {"M", "N", "K", "dtype", "dtypes", "bias", "activation"}}
+        dtypes = fields.pop("dtypes", None) or [fields.pop("dtype", "f16")]
+        fields.pop("dtype", None)
+        for dtype in dtypes:
+            key = name if len(dtypes) == 1 else f"{name}-{dtype}"
+            layers[key] = Layer.from_dict({**fields, "dtype": dtype}, name=key)
+    if not layers:
+        raise UserError(f"layer file {path} defines no layer: expected a [layer] table with M, N, K")
+    return layers

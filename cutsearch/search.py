@@ -1,0 +1,315 @@
+"""The search: Optuna ask/tell over the space, a batch at a time.
+
+A batch is asked together so that it compiles in parallel while the GPU measures what is
+built. The sampler only proposes, the storage only persists, the evaluator only evaluates:
+this module orchestrates them. The study's trials are the record; nothing else is needed to
+resume a killed run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from cutsearch import model, storage as storage_mod
+from cutsearch.errors import UserError
+from cutsearch.evaluator import Evaluation, Evaluator
+from cutsearch.outcome import Failure, Measurement
+from cutsearch.problem import Layer
+from cutsearch.space import Config, Space, invalid_reason
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = ("tpe", "random", "model")
+MAX_ASKS_PER_SLOT = 200  # proposals tried per batch slot before the space counts as exhausted
+Events = Callable[[str, dict[str, Any]], None]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    number: int
+    config: Config
+    median_us: float | None
+    cublas_us: float | None
+    failure_kind: str | None
+    evaluation: dict[str, Any]
+
+    @property
+    def speedup(self) -> float | None:
+        return self.cublas_us / self.median_us if self.median_us and self.cublas_us else None
+
+    @classmethod
+    def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord | None:
+        ev = trial.user_attrs.get("evaluation")
+        if ev is None:
+            return None
+        meas = ev.get("measurement")
+        failure = trial.user_attrs.get("failure") or ev.get("failure")
+        return cls(number=trial.number, config=Config.from_dict(ev["config"]),
+                   median_us=meas["timing"]["median_us"] if meas else None,
+                   cublas_us=(meas.get("baseline") or {}).get("median_us") if meas else None,
+                   failure_kind=failure["kind"] if failure and not meas else None, evaluation=ev)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    study_name: str
+    layer: Layer
+    best: TrialRecord | None
+    trials: int
+    new_trials: int
+    new_compiles: int
+    failures: dict[str, int]
+    wall_s: float
+    source: str  # "measured", "recorded" or "predicted"
+
+    @property
+    def cublas_us(self) -> float | None:
+        return self.best.cublas_us if self.best else None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.best.speedup if self.best else None
+
+
+def distributions(space: Space) -> dict[str, CategoricalDistribution]:
+    return {name: CategoricalDistribution(list(choices)) for name, choices in space.dimensions().items()}
+
+
+def make_sampler(name: str, *, seed: int, batch: int, trials: int) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        # constant_liar keeps the members of one batch apart while their results are pending.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                          n_startup_trials=max(batch, min(16, trials // 4)))
+    if name in ("random", "model"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+
+
+def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseStorage,
+               sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
+                                direction="minimize", load_if_exists=True)
+    recorded = study.user_attrs.get("layer")
+    if recorded is None:
+        study.set_user_attr("layer", layer.to_dict())
+        study.set_user_attr("floor_us", layer.floor_us)
+    elif recorded != layer.to_dict():
+        raise UserError(f"study {study_name!r} holds layer {recorded}, not {layer.to_dict()}: "
+                        "choose another --study name")
+    return study
+
+
+def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int) -> int:
+    """Enqueue the model's top `count` configs into a new study; returns how many."""
+    if count <= 0 or study.get_trials(deepcopy=False):
+        return 0
+    top = model.diverse_top(model.rank(layer, list(space)), count)
+    for config in top:
+        study.enqueue_trial(Space.params_from_config(config), skip_if_exists=True)
+    return len(top)
+
+
+def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseStorage, study_name: str,
+           trials: int = 64, timeout_s: float | None = None, batch: int | None = None, sampler: str = "tpe",
+           seed: int = 0, warm: int | None = None, space: Space | None = None, events: Events | None = None,
+           on_best: Callable[[TrialRecord, optuna.Study], None] | None = None,
+           artifacts: Any = None) -> SearchResult:
+    """Run the study up to `trials` evaluated trials (resuming it), or until `timeout_s`.
+
+    `artifacts` (an Optuna artifact store) receives each built trial's logs before it is told.
+    """
+    if trials <= 0:
+        raise UserError(f"--trials must be positive, got {trials}")
+    start = time.monotonic()
+    space = space or Space(layer)
+    batch = max(1, batch or os.cpu_count() or 1)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = open_study(layer, study_name=study_name, storage=storage,
+                       sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials))
+    reaped = storage_mod.reap_stale(study)
+    if reaped:
+        _emit(events, "reaped", trials=reaped)
+    if sampler == "model":
+        _enqueue_model_order(study, layer, space, trials)
+    else:
+        warm_start(study, layer, space, batch if warm is None else warm)
+    dists = distributions(space)
+    known = _known(study)
+    best = _best(study)
+    new_trials = new_compiles = 0
+    stalled = 0
+    with storage_mod.Heartbeat(study) as heartbeat:
+        while True:
+            done = _evaluated(study)
+            remaining = trials - done
+            if remaining <= 0:
+                break
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                _emit(events, "timeout", elapsed_s=time.monotonic() - start)
+                break
+            _emit(events, "batch", size=min(batch, remaining), done=done, total=trials)
+            # Fill the batch with configs worth building. Proposals that break a space rule are
+            # recorded with their reason but cost no budget; known configs replay their result.
+            fresh: dict[str, list[optuna.Trial]] = collections.defaultdict(list)
+            taken = asks = 0
+            while taken < min(batch, remaining) and asks < MAX_ASKS_PER_SLOT * batch:
+                trial = study.ask(dists)
+                asks += 1
+                heartbeat.claim(trial)
+                config = Space.config_from_params(trial.params)
+                reason = invalid_reason(layer, config)
+                if reason is not None:
+                    _tell(study, trial, _invalid(config, reason, evaluator.source), rule_invalid=True)
+                    heartbeat.release(trial)
+                    continue
+                taken += 1
+                if config.key in known:
+                    _tell(study, trial, known[config.key], replayed=True)
+                    heartbeat.release(trial)
+                    _emit(events, "trial", number=trial.number, config=config.key, replayed=True,
+                          median_us=getattr(known[config.key].outcome, "median_us", None), failure=None)
+                else:
+                    fresh[config.key].append(trial)
+            stalled = stalled + 1 if not fresh else 0
+            if stalled >= 3 or taken == 0:
+                _emit(events, "exhausted", done=done)
+                break
+            configs = [Space.config_from_params(ts[0].params) for ts in fresh.values()]
+            for ev in evaluator.evaluate(layer, configs, events):
+                known[ev.config.key] = ev
+                new_compiles += int(ev.kernel_key is not None and not ev.cached)
+                for trial in fresh.pop(ev.config.key, []):
+                    if artifacts is not None:
+                        _upload_logs(artifacts, study, trial, ev)
+                    _tell(study, trial, ev)
+                    heartbeat.release(trial)
+                    new_trials += 1
+                    if isinstance(ev.outcome, Measurement) and (best is None or ev.outcome.median_us < best.median_us):
+                        best = TrialRecord.from_trial(study._storage.get_trial(trial._trial_id))
+                        _emit(events, "best", median_us=best.median_us, cublas_us=best.cublas_us,
+                              config=best.config.key)
+                        if on_best is not None:
+                            on_best(best, study)
+                    _emit(events, "trial", number=trial.number, config=ev.config.key,
+                          median_us=getattr(ev.outcome, "median_us", None),
+                          failure=None if isinstance(ev.outcome, Measurement) else ev.outcome.kind.value,
+                          best_us=best.median_us if best else None)
+            for trials_left in fresh.values():  # an evaluator that skipped a config must not strand trials
+                for trial in trials_left:
+                    study.tell(trial, state=TrialState.FAIL)
+                    heartbeat.release(trial)
+    finished = [t for t in study.get_trials(deepcopy=False)
+                if t.state.is_finished() and not t.user_attrs.get("rule_invalid")]
+    failures = collections.Counter(
+        (t.user_attrs.get("failure") or {}).get("kind", "unknown") for t in finished if t.state == TrialState.FAIL)
+    return SearchResult(study_name=study_name, layer=layer, best=_best(study), trials=len(finished),
+                        new_trials=new_trials, new_compiles=new_compiles, failures=dict(failures),
+                        wall_s=time.monotonic() - start, source=evaluator.source)
+
+
+def _enqueue_model_order(study: optuna.Study, layer: Layer, space: Space, trials: int) -> None:
+    """The 'model top-k' strategy: evaluate exactly the model's ranking, in order."""
+    if not study.get_trials(deepcopy=False):
+        for _, config in model.rank(layer, list(space))[:trials]:
+            study.enqueue_trial(Space.params_from_config(config), skip_if_exists=True)
+
+
+def _upload_logs(store: Any, study: optuna.Study, trial: optuna.Trial, ev: Evaluation) -> None:
+    """The trial's compile log, ptxas report and failure log, as dashboard artifacts."""
+    import json
+    import tempfile
+
+    from optuna.artifacts import upload_artifact
+
+    files: dict[str, str] = {}
+    if ev.ptxas is not None:
+        files["ptxas.json"] = json.dumps(ev.ptxas, indent=1)
+    if isinstance(ev.outcome, Failure) and ev.outcome.log:
+        files[f"{ev.outcome.kind.value}.log"] = ev.outcome.log
+    if ev.compile_log:
+        files["nvcc.log"] = ev.compile_log
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in files.items():
+            path = Path(tmp) / name
+            path.write_text(text)
+            try:
+                upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial,
+                                mimetype="text/plain", encoding="utf-8")
+            except OSError as exc:  # logs are a convenience: never lose the trial over them
+                log.warning("could not store artifact %s of trial %d: %s", name, trial.number, exc)
+
+
+def _evaluated(study: optuna.Study) -> int:
+    """Finished trials that count toward the budget: all but rule-invalid proposals."""
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.state.is_finished() and not t.user_attrs.get("rule_invalid"))
+
+
+def _invalid(config: Config, reason: str, source: str) -> Evaluation:
+    from cutsearch.outcome import FailureKind
+
+    return Evaluation(config=config, source=source, outcome=Failure(kind=FailureKind.INVALID, message=reason))
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, ev: Evaluation, *, replayed: bool = False,
+          rule_invalid: bool = False) -> None:
+    record = ev.to_dict()
+    if rule_invalid:
+        trial.set_user_attr("rule_invalid", True)
+    if replayed:
+        record["replayed_from_study"] = True
+    trial.set_user_attr("evaluation", record)
+    trial.set_user_attr("config", ev.config.key)
+    trial.set_user_attr("source", ev.source)
+    if ev.compile_s is not None:
+        trial.set_user_attr("compile_s", ev.compile_s)
+    if isinstance(ev.outcome, Measurement):
+        m = ev.outcome
+        trial.set_user_attr("median_us", m.median_us)
+        if m.baseline is not None:
+            trial.set_user_attr("cublas_us", m.baseline.median_us)
+            trial.set_user_attr("speedup", m.speedup)
+        study.tell(trial, m.median_us)
+    else:
+        trial.set_user_attr("failure", ev.outcome.to_dict())
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def _known(study: optuna.Study) -> dict[str, Evaluation]:
+    """Configs this study has already settled: never built or measured again."""
+    known = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        ev = t.user_attrs.get("evaluation")
+        if ev is not None and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted":
+            known[Config.from_dict(ev["config"]).key] = Evaluation.from_dict(ev)
+    return known
+
+
+def _best(study: optuna.Study) -> TrialRecord | None:
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return None
+    return TrialRecord.from_trial(min(complete, key=lambda t: t.value))
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [r for t in study.get_trials(deepcopy=False) if (r := TrialRecord.from_trial(t)) is not None]
+
+
+def _emit(events: Events | None, name: str, **data: Any) -> None:
+    if events is not None:
+        events(name, data)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("CUTSEARCH_CACHE") or Path.home() / ".cache" / "cutsearch" / "kernels")

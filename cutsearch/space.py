@@ -1,0 +1,219 @@
+"""The configuration space of SM90 CUTLASS GEMMs for one layer, and its validity rules.
+
+A `Config` is what changes the binary (one compile). `Knobs` are run-time arguments of a
+built kernel, searched on it without recompiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Iterator
+
+from cutsearch.problem import BYTES, Layer, alignment, pad_to
+
+TILE_M = (64, 128, 256)
+TILE_N = (16, 32, 64, 128, 256)
+TILE_K = (32, 64, 128)
+CLUSTERS = ((1, 1), (2, 1), (1, 2))
+KERNEL_SCHEDULES = ("auto", "pingpong", "cooperative")
+EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem")
+TILE_SCHEDULERS = ("persistent", "streamk")
+# Kernel schedule / epilogue schedule / tile scheduler: the combinations CUTLASS accepts on
+# SM90, searched as one dimension so that the sampler never proposes a mismatched pair.
+SCHEDULES = (
+    "auto/auto/persistent",
+    "pingpong/tma/persistent", "pingpong/nosmem/persistent",
+    "cooperative/tma/persistent", "cooperative/nosmem/persistent",
+    "cooperative/tma/streamk", "cooperative/nosmem/streamk",
+)
+STAGES = (0, 2, 3, 4, 5, 6, 7)  # 0: the CollectiveBuilder fits as many as shared memory allows
+
+SMEM_BYTES = 227 * 1024
+SM_COUNT = 132
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
+class Config:
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    cluster_m: int = 1
+    cluster_n: int = 1
+    kernel_schedule: str = "auto"
+    epilogue_schedule: str = "auto"
+    stages: int = 0
+    tile_scheduler: str = "persistent"
+    swap_ab: bool = False
+    pad: bool = False  # pad K and N to 16-byte rows so the TMA path applies
+
+    @property
+    def key(self) -> str:
+        """Stable, human-readable identity: equal keys build equal binaries for one layer."""
+        return (f"{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}"
+                f"_{self.kernel_schedule}_{self.epilogue_schedule}_s{self.stages}_{self.tile_scheduler}"
+                f"{'_swap' if self.swap_ab else ''}{'_pad' if self.pad else ''}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Knobs:
+    raster: int = 0         # 0 heuristic, 1 along M, 2 along N
+    swizzle: int = 1
+    splits: int = 1
+    decomposition: int = 0  # 0 heuristic, 1 data-parallel, 2 split-K, 3 stream-K
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelProblem:
+    """The GEMM the kernel sees after the layer transforms."""
+
+    m: int
+    n: int
+    k: int
+    pad_n: int
+    pad_k: int
+    align_ab: int
+    align_d: int
+
+
+def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
+    vec = 16 // BYTES[layer.dtype]
+    pad_k = pad_to(layer.k, vec) if config.pad else layer.k
+    pad_n = pad_to(layer.n, vec) if config.pad else layer.n
+    m, n = (pad_n, layer.m) if config.swap_ab else (layer.m, pad_n)
+    # A and B are both K-major, so their alignment is K's; D's leading dimension is pad_n.
+    return KernelProblem(m=m, n=n, k=pad_k, pad_n=pad_n, pad_k=pad_k,
+                         align_ab=alignment(pad_k, layer.dtype), align_d=alignment(pad_n, layer.dtype))
+
+
+def smem_bytes(config: Config, dtype: str, stages: int) -> int:
+    e = BYTES[dtype]
+    mainloop = stages * (config.tile_m + config.tile_n) * config.tile_k * e
+    epilogue = 0 if config.epilogue_schedule == "nosmem" else min(config.tile_m, 64) * min(config.tile_n, 128) * 4
+    return mainloop + epilogue + 1024
+
+
+def invalid_reason(layer: Layer, config: Config) -> str | None:
+    """Why `config` cannot build or run for `layer`, from rules known before compiling.
+
+    Rules learned by compiling are kept by the search in its study; these are the ones that
+    hold for every layer.
+    """
+    c = config
+    if c.tile_m not in TILE_M or c.tile_n not in TILE_N or c.tile_k not in TILE_K:
+        return f"CTA tile {c.tile_m}x{c.tile_n}x{c.tile_k} is outside the space"
+    if (c.cluster_m, c.cluster_n) not in CLUSTERS:
+        return f"cluster {c.cluster_m}x{c.cluster_n} is outside the space"
+    if c.kernel_schedule not in KERNEL_SCHEDULES or c.epilogue_schedule not in EPILOGUE_SCHEDULES:
+        return "unknown schedule"
+    if c.tile_scheduler not in TILE_SCHEDULERS:
+        return f"unknown tile scheduler {c.tile_scheduler!r}"
+    if (c.kernel_schedule == "auto") != (c.epilogue_schedule == "auto"):
+        return "kernel and epilogue schedules must both be auto or both explicit"
+    if c.kernel_schedule == "cooperative" and c.tile_m < 128:
+        return "the cooperative schedule splits the CTA tile's M over two warpgroups: tile M must be >= 128"
+    if c.kernel_schedule == "pingpong" and c.tile_m > 128:
+        return "the pingpong schedule gives each warpgroup a whole tile: tile M must be <= 128"
+    if c.tile_scheduler == "streamk" and c.kernel_schedule != "cooperative":
+        return "the stream-K tile scheduler needs the cooperative kernel schedule"
+    # Cooperative splits the tile over two warpgroups; pingpong gives each one a whole tile.
+    warpgroups = 2 if c.kernel_schedule == "cooperative" or (c.kernel_schedule == "auto" and c.tile_m >= 128) else 1
+    if c.tile_m * c.tile_n > 128 * 128 * warpgroups:
+        return f"a {c.tile_m}x{c.tile_n} fp32 accumulator needs over 128 registers a thread in each warpgroup"
+    if c.tile_n * c.tile_k * BYTES[layer.dtype] < 1024 or c.tile_m * c.tile_k * BYTES[layer.dtype] < 1024:
+        return "operand tile below 1 KiB cannot use the 128-byte TMA swizzle"
+    if c.stages and smem_bytes(c, layer.dtype, c.stages) > SMEM_BYTES:
+        return f"{c.stages} stages need {smem_bytes(c, layer.dtype, c.stages) // 1024} KiB of shared memory, over 227 KiB"
+    if smem_bytes(c, layer.dtype, c.stages or 2) > SMEM_BYTES:
+        return "fewer than two stages fit in shared memory"
+    kp = kernel_problem(layer, c)
+    vec = 16 // BYTES[layer.dtype]
+    if kp.align_ab < vec:
+        return f"K={kp.k} gives {kp.align_ab * BYTES[layer.dtype]}-byte rows; the TMA mainloop needs 16 (pad)"
+    if kp.align_d < vec and c.epilogue_schedule != "nosmem":
+        return f"N={kp.pad_n} gives unaligned output rows: only the nosmem epilogue stores them (or pad)"
+    if c.pad and kp.pad_k == layer.k and kp.pad_n == layer.n:
+        return "padding is a no-op for this layer"
+    if c.epilogue_schedule == "nosmem" and (layer.bias or layer.activation != "none"):
+        return "the fused bias/activation (epilogue visitor tree) needs the TMA epilogue"
+    if c.epilogue_schedule == "nosmem" and kp.align_d == vec:
+        return "the nosmem epilogue only serves unaligned output rows; the TMA epilogue is faster"
+    cluster_tiles_m = -(-kp.m // (c.tile_m * c.cluster_m))
+    cluster_tiles_n = -(-kp.n // (c.tile_n * c.cluster_n))
+    if c.cluster_m > 1 and cluster_tiles_m * c.cluster_m * c.tile_m >= 2 * kp.m + 2 * c.tile_m * c.cluster_m:
+        return "cluster along M is larger than the problem"
+    if c.cluster_n > 1 and cluster_tiles_n * c.cluster_n * c.tile_n >= 2 * kp.n + 2 * c.tile_n * c.cluster_n:
+        return "cluster along N is larger than the problem"
+    return None
+
+
+def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
+    """Run-time variants measured on each built kernel: the search's second level."""
+    kp = kernel_problem(layer, config)
+    grid = [Knobs(raster=r, swizzle=s) for r in (1, 2) for s in (1, 2, 4, 8)]
+    if config.tile_scheduler == "streamk":
+        k_tiles = -(-kp.k // config.tile_k)
+        grid = [Knobs(raster=r, swizzle=1, decomposition=3) for r in (1, 2)]
+        grid += [Knobs(raster=r, swizzle=1, decomposition=1) for r in (1, 2)]
+        grid += [Knobs(raster=r, swizzle=1, splits=s, decomposition=2)
+                 for r in (1, 2) for s in (2, 3, 4, 8, 16) if s <= k_tiles]
+    return grid
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """The choices of each dimension, for one layer. The search samples from these."""
+
+    layer: Layer
+    tile_m: tuple[int, ...] = TILE_M
+    tile_n: tuple[int, ...] = TILE_N
+    tile_k: tuple[int, ...] = TILE_K
+    clusters: tuple[tuple[int, int], ...] = CLUSTERS
+    schedules: tuple[str, ...] = SCHEDULES
+    stages: tuple[int, ...] = STAGES
+    swap_ab: tuple[bool, ...] = (False, True)
+    pad: tuple[bool, ...] | None = None  # default: (False, True) where the layer is unaligned
+
+    def dimensions(self) -> dict[str, tuple[Any, ...]]:
+        vec = 16 // BYTES[self.layer.dtype]
+        aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0
+        pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
+        return {
+            "tile_m": self.tile_m, "tile_n": self.tile_n, "tile_k": self.tile_k,
+            "cluster": tuple(f"{m}x{n}" for m, n in self.clusters),
+            "schedule": self.schedules, "stages": self.stages, "swap_ab": self.swap_ab, "pad": pad,
+        }
+
+    @staticmethod
+    def config_from_params(params: dict[str, Any]) -> Config:
+        cm, cn = (int(v) for v in str(params["cluster"]).split("x"))
+        kernel, epilogue, scheduler = str(params["schedule"]).split("/")
+        return Config(tile_m=params["tile_m"], tile_n=params["tile_n"], tile_k=params["tile_k"],
+                      cluster_m=cm, cluster_n=cn, kernel_schedule=kernel, epilogue_schedule=epilogue,
+                      stages=params["stages"], tile_scheduler=scheduler, swap_ab=params["swap_ab"],
+                      pad=params["pad"])
+
+    @staticmethod
+    def params_from_config(config: Config) -> dict[str, Any]:
+        return {"tile_m": config.tile_m, "tile_n": config.tile_n, "tile_k": config.tile_k,
+                "cluster": f"{config.cluster_m}x{config.cluster_n}",
+                "schedule": f"{config.kernel_schedule}/{config.epilogue_schedule}/{config.tile_scheduler}",
+                "stages": config.stages, "swap_ab": config.swap_ab, "pad": config.pad}
+
+    def __iter__(self) -> Iterator[Config]:
+        """Every valid config, in a fixed order (exhaustive runs and model ranking)."""
+        for values in itertools.product(*self.dimensions().values()):
+            config = self.config_from_params(dict(zip(self.dimensions(), values)))
+            if invalid_reason(self.layer, config) is None:
+                yield config

@@ -1,0 +1,140 @@
+"""Where studies persist: an Optuna journal file by default, any Optuna RDB URL for scale-out.
+
+The default is a journal file (`studies/<study>/journal.log`) rather than SQLite: it is
+append-only, so a run killed mid-write loses at most its last record, and several processes
+may append to it under Optuna's file lock, where SQLite would need its own locking care.
+PostgreSQL (or any SQLAlchemy URL) serves workers on several hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import optuna
+from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from cutsearch.errors import UserError
+from cutsearch.outcome import FailureKind
+
+OWNER = "cutsearch:owner"
+HEARTBEAT = "cutsearch:heartbeat"
+HEARTBEAT_S = 20.0
+GRACE_S = 120.0
+
+
+def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
+    """An Optuna storage for `url`: an RDB URL, or a path to a journal file."""
+    text = str(url)
+    if "://" in text:
+        try:
+            return RDBStorage(text, engine_kwargs={"pool_pre_ping": True})
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy and drivers raise many types
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"cannot open storage {_redact(text)}: {reason}") from None
+    path = Path(text)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.parent / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))
+    except Exception as exc:  # noqa: BLE001 - a corrupt journal raises from deep inside Optuna
+        raise UserError(f"study file {path} is corrupted or unreadable ({type(exc).__name__}: {exc}); "
+                        "move it away to start afresh") from None
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive_here(owner: str) -> bool | None:
+    """Whether the owning process lives; None when it ran on another host."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+def reap_stale(study: optuna.Study, *, grace_s: float = GRACE_S) -> list[int]:
+    """Fail RUNNING trials whose process died (killed run), so none stays RUNNING for ever."""
+    reaped = []
+    now = time.time()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = trial.system_attrs.get(OWNER)
+        beat = trial.system_attrs.get(HEARTBEAT, trial.datetime_start.timestamp() if trial.datetime_start else now)
+        alive = _alive_here(owner) if owner else None
+        stale = alive is False or (alive is None and now - beat > grace_s)
+        if owner == owner_id():
+            stale = False
+        if stale:
+            try:
+                study._storage.set_trial_user_attr(trial._trial_id, "failure", {
+                    "kind": FailureKind.INTERRUPTED.value, "message": f"its process ({owner}) stopped before it finished", "log": ""})
+                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                reaped.append(trial.number)
+            except (RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+                pass  # another worker reaped it first
+    return reaped
+
+
+class Heartbeat:
+    """Marks this process's running trials as alive, for workers on other hosts to see."""
+
+    def __init__(self, study: optuna.Study, interval_s: float = HEARTBEAT_S) -> None:
+        self.study = study
+        self.interval_s = interval_s
+        self.trial_ids: set[int] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="cutsearch-heartbeat", daemon=True)
+
+    def claim(self, trial: optuna.Trial) -> None:
+        storage = self.study._storage
+        storage.set_trial_system_attr(trial._trial_id, OWNER, owner_id())
+        storage.set_trial_system_attr(trial._trial_id, HEARTBEAT, time.time())
+        with self._lock:
+            self.trial_ids.add(trial._trial_id)
+
+    def release(self, trial: optuna.Trial) -> None:
+        with self._lock:
+            self.trial_ids.discard(trial._trial_id)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with self._lock:
+                ids = list(self.trial_ids)
+            for trial_id in ids:
+                try:
+                    self.study._storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+                except Exception:  # noqa: BLE001 - a finished trial or a transient storage error
+                    pass
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -1,0 +1,169 @@
+"""The library's front door: tune one layer, persist its best kernel, summarise the study.
+
+    import cutsearch
+    result = cutsearch.tune(cutsearch.Layer(m=4096, n=5000, k=1024, dtype="f16"), trials=64)
+
+The CLI is a thin layer over this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from cutsearch import persist
+from cutsearch.errors import UserError
+from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
+from cutsearch.problem import Layer
+from cutsearch.search import SearchResult, TrialRecord, default_cache_dir, search
+from cutsearch.space import kernel_problem
+from cutsearch.workspace import Workspace
+
+EVALUATORS = ("gpu", "replay", "model")
+
+
+@dataclasses.dataclass
+class Provenance:
+    gpu: dict[str, Any] | None = None
+    nvcc: str | None = None
+    cutlass: str | None = None
+
+
+def make_evaluator(kind: str, *, layer: Layer, gpu: int = 0, jobs: int | None = None,
+                   recording: Path | None = None, cache_dir: Path | None = None) -> Evaluator:
+    if kind == "gpu":
+        return GpuEvaluator(cache_dir=cache_dir or default_cache_dir(), gpu=gpu, jobs=jobs)
+    if kind == "replay":
+        if recording is None:
+            raise UserError("--evaluator replay needs --recording FILE (a recorded study)")
+        return ReplayEvaluator.load(recording, layer)
+    if kind == "model":
+        return ModelEvaluator()
+    raise UserError(f"unknown evaluator {kind!r}: choose one of {', '.join(EVALUATORS)}")
+
+
+def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, study: str | None = None,
+         storage: str | None = None, evaluator: Evaluator | str = "gpu", gpu: int = 0, jobs: int | None = None,
+         recording: Path | None = None, sampler: str = "tpe", batch: int | None = None, seed: int = 0,
+         warm: int | None = None, workspace: Workspace | None = None, command: str | None = None,
+         events: Callable[[str, dict[str, Any]], None] | None = None) -> SearchResult:
+    """Search `layer`, resuming study `study`; persist its best kernel and its summary."""
+    ws = workspace or Workspace()
+    name = Workspace.check_name(study or layer.name or layer.slug)
+    ws.writable()
+    from cutsearch.storage import open_storage
+
+    store = open_storage(ws.storage_url(name, storage))
+    persist.recover_dir(ws.best_dir(name))
+    own = isinstance(evaluator, str)
+    ev = make_evaluator(evaluator, layer=layer, gpu=gpu, jobs=jobs, recording=recording) if own else evaluator
+    try:
+        toolchain = _toolchain(ev)
+
+        def on_best(best: TrialRecord, _study) -> None:
+            _persist_best(ws.best_dir(name), layer, best, ev, toolchain)
+
+        from optuna.artifacts import FileSystemArtifactStore
+
+        ws.artifacts(name).mkdir(parents=True, exist_ok=True)
+        result = search(layer, evaluator=ev, storage=store, study_name=name, trials=trials, timeout_s=timeout_s,
+                        batch=batch or getattr(getattr(ev, "compiler", None), "jobs", None), sampler=sampler,
+                        seed=seed, warm=warm, events=events, on_best=on_best,
+                        artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
+        if result.best is not None and not ws.best_dir(name).exists():
+            on_best(result.best, None)  # a resumed study whose best was found by an earlier run
+        persist.write_json(ws.result_json(name), summary(result, toolchain=toolchain,
+                                                         command=command or " ".join(sys.argv)))
+        return result
+    finally:
+        if own:
+            ev.close()
+
+
+def study_layer(study: str, storage: str | None = None, workspace: Workspace | None = None) -> Layer:
+    """The layer an existing study searches (for workers that join it)."""
+    import optuna
+
+    from cutsearch.storage import open_storage
+
+    ws = workspace or Workspace()
+    store = open_storage(ws.storage_url(Workspace.check_name(study), storage))
+    try:
+        loaded = optuna.load_study(study_name=study, storage=store)
+    except KeyError:
+        raise UserError(f"no study named {study!r} in {storage or ws.journal(study)}") from None
+    layer = loaded.user_attrs.get("layer")
+    if layer is None:
+        raise UserError(f"study {study!r} was not made by cutsearch: it records no layer")
+    return Layer.from_dict(layer, name=study)
+
+
+def _toolchain(ev: Evaluator) -> Provenance:
+    if isinstance(ev, GpuEvaluator):
+        return Provenance(gpu=ev.device().to_dict(), nvcc=ev.toolchain.nvcc_version, cutlass=ev.toolchain.cutlass_version)
+    return Provenance()
+
+
+def _persist_best(target: Path, layer: Layer, best: TrialRecord, ev: Evaluator, toolchain: Provenance) -> None:
+    """Copy the best kernel out of the cache, only for kernels built and measured here."""
+    if not isinstance(ev, GpuEvaluator) or best.evaluation.get("kernel_key") is None:
+        return
+    entry = ev.compiler.cache.get(best.evaluation["kernel_key"])
+    if entry is None:
+        return
+    kp = kernel_problem(layer, best.config)
+    meas = best.evaluation["measurement"]
+    meta = {
+        "layer": layer.to_dict(), "config": best.config.to_dict(), "knobs": meas["knobs"],
+        "transforms": {"swap_ab": best.config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k},
+        "timing_us": meas["timing"], "cublas_us": best.cublas_us, "speedup": best.speedup,
+        "floor_us": layer.floor_us, "trial": best.number, "arch": "sm_90a",
+        "gpu": toolchain.gpu, "nvcc": toolchain.nvcc, "cutlass": toolchain.cutlass,
+        "kernel_key": best.evaluation["kernel_key"], "ptxas": best.evaluation.get("ptxas"),
+        "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    persist.write_dir(target, {"kernel.cu": entry / "kernel.cu", "kernel.so": entry / "kernel.so"}, meta)
+
+
+def summary(result: SearchResult, *, toolchain: Provenance | None = None, command: str = "") -> dict[str, Any]:
+    """The one-screen summary, as data: also written as studies/results/<study>.json."""
+    best = result.best
+    layer = result.layer
+    tc = toolchain or Provenance()
+    out: dict[str, Any] = {
+        "study": result.study_name,
+        "layer": {"M": layer.m, "N": layer.n, "K": layer.k, "dtype": layer.dtype, "bias": layer.bias,
+                  "activation": layer.activation},
+        "source": result.source,
+        "gpu": (tc.gpu or {}).get("name"),
+        "best_us": best.median_us if best else None,
+        "cublas_us": best.cublas_us if best else None,
+        "speedup": best.speedup if best else None,
+        "floor_us": layer.floor_us,
+        "fraction_of_floor": layer.floor_us / best.median_us if best and best.median_us else None,
+        "cublas_wins": bool(best and best.speedup is not None and best.speedup < 1.0),
+        "trials": result.trials,
+        "new_trials": result.new_trials,
+        "new_compiles": result.new_compiles,
+        "failures": result.failures,
+        "wall_s": round(result.wall_s, 2),
+        "command": command,
+        "best": None if best is None else {
+            "trial": best.number, "config": best.config.to_dict(),
+            "knobs": best.evaluation["measurement"]["knobs"],
+            "timing_us": best.evaluation["measurement"]["timing"],
+            "cublas_timing_us": best.evaluation["measurement"].get("baseline"),
+            "rel_error": best.evaluation["measurement"]["rel_error"],
+        },
+        "toolchain": {"gpu": tc.gpu, "nvcc": tc.nvcc, "cutlass": tc.cutlass, "python": platform.python_version()},
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if result.source == "predicted":
+        out["note"] = "model predictions, not measurements"
+    elif result.source == "recorded":
+        out["note"] = "replayed from recorded H200 measurements, not measured in this run"
+    return out

@@ -1,0 +1,305 @@
+"""The GPU worker: the only code that touches the GPU during a search.
+
+It runs in a child process (see pool.py) that the parent kills on a hang and replaces after a
+fault, because an illegal memory access poisons the whole CUDA context. Requests and replies
+are plain picklable data: no CUDA objects cross the process boundary.
+
+Timing follows the project's measurement protocol: correctness first (fresh random inputs,
+NaN-poisoned output, float64 reference), then CUDA events around each call, the L2 flushed
+(a 256 MiB buffer zeroed) before every repetition, median with the 20th and 80th
+percentiles, and cuBLAS (torch.nn.functional.linear) timed the same way on the same inputs.
+
+torch is imported here only: it provides the cuBLAS baseline, and the device buffers and
+events that the baseline and the candidate share.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import traceback
+from typing import Any, Callable
+
+from cutsearch.outcome import Failure, FailureKind, Measurement, Timing
+from cutsearch.space import Knobs
+
+TOLERANCE = 1e-2
+FLUSH_BYTES = 256 * 2**20
+WARMUP = 3
+REPS = 30
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfoRequest:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    capability: tuple[int, int]
+    sm_count: int
+    l2_bytes: int
+    memory_bytes: int
+    driver: str
+    torch: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureRequest:
+    """Measure one built kernel over its run-time variants."""
+
+    library: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    bias: bool
+    activation: str
+    pad_n: int
+    pad_k: int
+    knobs: tuple[Knobs, ...]
+    seed: int = 0
+    reps: int = REPS
+    warmup: int = WARMUP
+    baseline: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineRequest:
+    m: int
+    n: int
+    k: int
+    dtype: str
+    bias: bool
+    activation: str
+    seed: int = 0
+    reps: int = REPS
+    warmup: int = WARMUP
+
+
+class _Fatal(Exception):
+    """The CUDA context may be poisoned: reply, then let the process die."""
+
+
+def serve(conn, gpu: int) -> None:
+    """Child main loop: one request in, one reply out, until the pipe closes."""
+    os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
+    state: dict[str, Any] = {"gpu": gpu, "libs": {}}
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply = handle(request, state)
+            fatal = False
+        except _Fatal as exc:
+            reply, fatal = Failure(kind=FailureKind.CRASH, message=str(exc).splitlines()[0][:300],
+                                   log=traceback.format_exc()), True
+        except Exception as exc:  # noqa: BLE001 - a worker bug must come back as data, not kill the search
+            reply, fatal = Failure(kind=FailureKind.CRASH, message=f"worker error: {exc}"[:300],
+                                   log=traceback.format_exc()), False
+        conn.send(reply)
+        if fatal:
+            os._exit(3)
+
+
+def handle(request: Any, state: dict[str, Any]) -> Any:
+    torch = _torch(state)
+    if isinstance(request, DeviceInfoRequest):
+        return _device_info(torch, state["gpu"])
+    if isinstance(request, BaselineRequest):
+        bench = _Bench(torch, request.reps, request.warmup)
+        inputs = _Inputs(torch, request, request.n, request.k)
+        return bench.time(lambda: inputs.baseline())
+    if isinstance(request, MeasureRequest):
+        return _measure(torch, request, state)
+    raise TypeError(f"unknown request {type(request).__name__}")
+
+
+def _torch(state: dict[str, Any]):
+    if "torch" not in state:
+        try:
+            import torch
+        except ImportError:
+            raise RuntimeError("torch is not installed: the GPU evaluator needs it for the cuBLAS baseline "
+                               "(pip install 'cutsearch[torch]')") from None
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA GPU is visible to torch")
+        torch.cuda.set_device(state["gpu"])
+        state["torch"] = torch
+    return state["torch"]
+
+
+def _device_info(torch, gpu: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(gpu)
+    try:
+        from cuda.bindings import runtime as cudart
+
+        err, version = cudart.cudaDriverGetVersion()
+        driver = f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # noqa: BLE001 - the driver version is informative only
+        driver = "unknown"
+    return DeviceInfo(name=props.name, capability=(props.major, props.minor), sm_count=props.multi_processor_count,
+                      l2_bytes=getattr(props, "L2_cache_size", 0), memory_bytes=props.total_memory,
+                      driver=driver, torch=torch.__version__)
+
+
+class _Bench:
+    """Cold-L2 CUDA-event timer shared by the candidate and the baseline."""
+
+    def __init__(self, torch, reps: int, warmup: int) -> None:
+        self.torch, self.reps, self.warmup = torch, reps, warmup
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def time(self, call: Callable[[], None], reps: int | None = None) -> Timing:
+        torch = self.torch
+        reps = reps or self.reps
+        for _ in range(self.warmup):
+            call()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends):
+            self.flush.zero_()
+            start.record()
+            call()
+            end.record()
+        torch.cuda.synchronize()
+        import numpy as np
+
+        times = np.array([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
+        return Timing(median_us=float(np.median(times)), p20_us=float(np.percentile(times, 20)),
+                      p80_us=float(np.percentile(times, 80)), reps=reps)
+
+
+_ACT = {"none": lambda t, F: t, "relu": lambda t, F: F.relu(t), "gelu": lambda t, F: F.gelu(t),
+        "silu": lambda t, F: F.silu(t)}
+
+
+class _Inputs:
+    """Fresh random x, W, b for one request, and what the user's torch code would compute."""
+
+    def __init__(self, torch, r, pad_n: int, pad_k: int) -> None:
+        self.torch = torch
+        self.r = r
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[r.dtype]
+        gen = torch.Generator(device="cuda").manual_seed(r.seed)
+        self.x = torch.randn(r.m, r.k, device="cuda", dtype=dtype, generator=gen)
+        self.w = torch.randn(r.n, r.k, device="cuda", dtype=dtype, generator=gen) / r.k ** 0.5
+        self.b = torch.randn(r.n, device="cuda", dtype=dtype, generator=gen) if r.bias else None
+        # The weight re-layout happens once, at export time: it is not timed.
+        self.w_prepared = torch.zeros(pad_n, pad_k, device="cuda", dtype=dtype)
+        self.w_prepared[: r.n, : r.k] = self.w
+        self.b_prepared = None
+        if self.b is not None:
+            self.b_prepared = torch.zeros(pad_n, device="cuda", dtype=dtype)
+            self.b_prepared[: r.n] = self.b
+
+    def reference(self):
+        torch = self.torch
+        y = self.x.double() @ self.w.double().T
+        if self.b is not None:
+            y += self.b.double()
+        return _ACT[self.r.activation](y, torch.nn.functional)
+
+    def baseline(self):
+        F = self.torch.nn.functional
+        return _ACT[self.r.activation](F.linear(self.x, self.w, self.b), F)
+
+
+def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | Failure:
+    lib = _load(r.library, state)
+    inputs = _Inputs(torch, r, r.pad_n, r.pad_k)
+    ref = inputs.reference()
+    bench = _Bench(torch, r.reps, r.warmup)
+    stream = torch.cuda.current_stream().cuda_stream
+    y = torch.empty(r.m, r.n, device="cuda", dtype=inputs.x.dtype)
+    timed: list[tuple[Knobs, Timing, float]] = []
+    failures: list[str] = []
+    for knobs in r.knobs:
+        handle = ctypes.c_void_p()
+        if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, r.pad_n, r.pad_k, torch.cuda.current_device(),
+                         knobs.raster, knobs.swizzle, knobs.splits, knobs.decomposition):
+            failures.append(f"{knobs}: cs_create failed")
+            continue
+        try:
+            workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
+            b_ptr = inputs.b_prepared.data_ptr() if inputs.b_prepared is not None else None
+            if lib.cs_bind(handle, inputs.x.data_ptr(), inputs.w_prepared.data_ptr(), b_ptr, y.data_ptr(),
+                           workspace.data_ptr()):
+                failures.append(f"{knobs}: {lib.cs_error(handle).decode()}")
+                continue
+
+            def call() -> None:
+                if lib.cs_run(handle, stream):
+                    raise RuntimeError(lib.cs_error(handle).decode())
+
+            # Run twice before checking: a stale stream-K workspace shows only on a second launch.
+            y.fill_(float("nan"))
+            try:
+                call()
+                call()
+                torch.cuda.synchronize()
+            except RuntimeError as exc:
+                if _poisoned(exc):
+                    raise _Fatal(f"{knobs}: {exc}") from exc
+                failures.append(f"{knobs}: {exc}")
+                continue
+            err = _rel_error(torch, y, ref)
+            if not err < TOLERANCE:
+                failures.append(f"{knobs}: relative error {err:.3g} over {TOLERANCE}")
+                continue
+            timed.append((knobs, bench.time(call), err))
+        except RuntimeError as exc:
+            if _poisoned(exc):
+                raise _Fatal(f"{knobs}: {exc}") from exc
+            failures.append(f"{knobs}: {exc}")
+        finally:
+            lib.cs_destroy(handle)
+    if not timed:
+        kind = FailureKind.WRONG_RESULT if any("relative error" in f for f in failures) else FailureKind.LAUNCH_ERROR
+        return Failure(kind=kind, message=failures[0][:300] if failures else "no variant ran",
+                       log="\n".join(failures))
+    knobs, timing, err = min(timed, key=lambda t: t[1].median_us)
+    baseline = bench.time(lambda: inputs.baseline()) if r.baseline else None
+    return Measurement(timing=timing, knobs=knobs, rel_error=err, baseline=baseline,
+                       variants=tuple((k, t.median_us) for k, t, _ in timed))
+
+
+def _rel_error(torch, y, ref) -> float:
+    diff = torch.linalg.norm(y.double() - ref)
+    norm = torch.linalg.norm(ref)
+    value = float(diff / norm) if float(norm) > 0 else float(diff)
+    return value if value == value else float("inf")  # NaN fails
+
+
+def _poisoned(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return any(s in text for s in ("illegal", "misaligned", "unspecified launch failure", "device-side assert",
+                                   "an illegal instruction", "hardware exception", "context"))
+
+
+def _load(path: str, state: dict[str, Any]):
+    libs = state["libs"]
+    if path not in libs:
+        lib = ctypes.CDLL(path)
+        vp, i, c = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+        lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i]
+        lib.cs_create.restype = i
+        lib.cs_workspace_size.argtypes = [vp]
+        lib.cs_workspace_size.restype = ctypes.c_size_t
+        lib.cs_bind.argtypes = [vp, vp, vp, vp, vp, vp]
+        lib.cs_bind.restype = i
+        lib.cs_run.argtypes = [vp, vp]
+        lib.cs_run.restype = i
+        lib.cs_error.argtypes = [vp]
+        lib.cs_error.restype = c
+        lib.cs_destroy.argtypes = [vp]
+        lib.cs_destroy.restype = None
+        libs[path] = lib
+    return libs[path]

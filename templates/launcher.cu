@@ -1,0 +1,196 @@
+// cutsearch C-ABI launcher for one CUTLASS SM90 GEMM, rendered by cutsearch.
+// The layer is y[M,N] = act(x[M,K] @ W[N,K]^T (+ b[N])).
+// Layout transforms chosen by the search are applied here, so one call computes y:
+//   CS_SWAP_AB : the kernel computes y^T = W x^T (kernel M = N, kernel N = M).
+//   pad_k > K  : x is copied per call (pitched) into a zero-padded workspace buffer.
+//   pad_n > N  : the kernel writes a padded output that is copied (pitched) into y.
+// W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+
+${includes}
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/util/packed_stride.hpp"
+
+#define CS_SWAP_AB ${swap_ab}
+#define CS_HAS_BIAS ${has_bias}
+#define CS_HAS_ACT ${has_act}
+
+// ---- kernel emitted by the CUTLASS Python interface ----------------------------------------
+${kernel_source}
+// --------------------------------------------------------------------------------------------
+
+namespace {
+
+using GemmKernel = ${operation_name}_type;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+using ElementA = typename GemmKernel::ElementA;
+using ElementB = typename GemmKernel::ElementB;
+using ElementD = typename GemmKernel::ElementD;
+using StrideA = typename GemmKernel::StrideA;
+using StrideB = typename GemmKernel::StrideB;
+using StrideD = typename GemmKernel::StrideD;
+using SchedulerArgs = typename GemmKernel::TileSchedulerArguments;
+
+// Stream-K has splits and a decomposition mode; the persistent scheduler has neither.
+template <class T, class = void> struct has_splits : std::false_type {};
+template <class T> struct has_splits<T, std::void_t<decltype(std::declval<T&>().splits)>> : std::true_type {};
+template <class T, class = void> struct has_raster : std::false_type {};
+template <class T> struct has_raster<T, std::void_t<decltype(std::declval<T&>().raster_order)>> : std::true_type {};
+
+// A template, so that the branch for the other scheduler is discarded rather than compiled.
+template <class S>
+void set_scheduler(S& s, int raster, int swizzle, int splits, int decomposition) {
+  if constexpr (has_raster<S>::value) {
+    using R = decltype(s.raster_order);
+    s.raster_order = raster == 1 ? R::AlongM : raster == 2 ? R::AlongN : R::Heuristic;
+    s.max_swizzle_size = swizzle > 0 ? swizzle : 1;
+  }
+  if constexpr (has_splits<S>::value) {
+    using D = decltype(s.decomposition_mode);
+    s.splits = splits > 0 ? splits : 1;
+    s.decomposition_mode = decomposition == 1 ? D::DataParallel
+                         : decomposition == 2 ? D::SplitK
+                         : decomposition == 3 ? D::StreamK : D::Heuristic;
+  }
+}
+
+inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+struct cs_layer {
+  int m, n, k, pad_n, pad_k;
+  int km, kn, kk;  // the kernel's problem after the transforms
+  cutlass::KernelHardwareInfo hw;
+  SchedulerArgs scheduler{};
+  typename Gemm::Arguments args{};
+  Gemm gemm;
+  size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0;
+  const void* x = nullptr;
+  void* y = nullptr;
+  char* ws = nullptr;
+  bool bound = false;
+  char error[512] = {0};
+};
+
+static int fail(cs_layer* h, const char* what, const char* detail) {
+  if (h) std::snprintf(h->error, sizeof(h->error), "%s: %s", what, detail);
+  return 1;
+}
+
+extern "C" {
+
+int cs_abi_version(void) { return 1; }
+const char* cs_kernel_name(void) { return "${operation_name}"; }
+const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
+size_t cs_workspace_size(const cs_layer* h) {
+  return h ? round_up(h->kernel_ws, 256) + round_up(h->x_pad_bytes, 256) + h->y_pad_bytes : 0;
+}
+
+// raster: 0 heuristic, 1 along M, 2 along N. decomposition: 0 heuristic, 1 data-parallel,
+// 2 split-K, 3 stream-K. Both ignored where the tile scheduler has no such knob.
+int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
+              int raster, int swizzle, int splits, int decomposition) {
+  *out = nullptr;
+  cs_layer* h = new (std::nothrow) cs_layer();
+  if (!h) return 1;
+  h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k;
+  h->km = CS_SWAP_AB ? pad_n : m;
+  h->kn = CS_SWAP_AB ? m : pad_n;
+  h->kk = pad_k;
+  h->hw.device_id = device;
+  h->hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+  set_scheduler(h->scheduler, raster, swizzle, splits, decomposition);
+  // Sizes depend on the problem and scheduler only, so the workspace is known before binding.
+  typename Gemm::Arguments probe = {cutlass::gemm::GemmUniversalMode::kGemm,
+                                    {h->km, h->kn, h->kk, 1}, {}, {}, h->hw, h->scheduler};
+  h->kernel_ws = Gemm::get_workspace_size(probe);
+  h->x_pad_bytes = pad_k != k ? size_t(m) * pad_k * sizeof(ElementA) : 0;
+  h->y_pad_bytes = pad_n != n ? size_t(m) * pad_n * sizeof(ElementD) : 0;
+  *out = h;
+  return 0;
+}
+
+// Arguments are rebuilt only when a pointer changes: the TMA descriptors hold them.
+int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
+  if (!h) return 1;
+  if (h->bound && x == h->x && y == h->y && workspace == h->ws) return 0;
+  h->x = x; h->y = y; h->ws = static_cast<char*>(workspace);
+  char* ws_kernel = h->ws;
+  char* x_pad = h->ws + round_up(h->kernel_ws, 256);
+  char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
+  const void* x_eff = h->x_pad_bytes ? static_cast<const void*>(x_pad) : x;
+  void* y_eff = h->y_pad_bytes ? static_cast<void*>(y_pad) : y;
+  if (h->x_pad_bytes && !h->bound) {
+    // The padding columns stay zero for ever: only the first k columns are copied per call.
+    if (cudaMemset(x_pad, 0, h->x_pad_bytes) != cudaSuccess) return fail(h, "cudaMemset", "x padding");
+  }
+  const void* a = CS_SWAP_AB ? w : x_eff;
+  const void* b = CS_SWAP_AB ? x_eff : w;
+  auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, 1));
+  auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, h->kk, 1));
+  auto dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(h->km, h->kn, 1));
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {h->km, h->kn, h->kk, 1},
+      {static_cast<ElementA const*>(a), dA, static_cast<ElementB const*>(b), dB},
+      {{}, nullptr, dD, static_cast<ElementD*>(y_eff), dD},
+      h->hw,
+      h->scheduler};
+#if CS_HAS_BIAS && CS_HAS_ACT
+  args.epilogue.thread = {{{}, {static_cast<ElementD const*>(bias)}, {}}, {}};
+#elif CS_HAS_BIAS
+  args.epilogue.thread = {{}, {static_cast<ElementD const*>(bias)}, {}};
+#else
+  (void)bias;
+#endif
+  cutlass::Status st = Gemm::can_implement(args);
+  if (st != cutlass::Status::kSuccess) return fail(h, "can_implement", cutlassGetStatusString(st));
+  st = h->bound ? h->gemm.update(args, ws_kernel) : h->gemm.initialize(args, ws_kernel);
+  if (st != cutlass::Status::kSuccess) return fail(h, "initialize", cutlassGetStatusString(st));
+  h->args = args;
+  h->bound = true;
+  return 0;
+}
+
+// One layer call: the per-call transforms, the workspace reset stream-K and split-K need,
+// and the kernel, all on `stream`, so they are captured by CUDA graphs and counted by timers.
+int cs_run(cs_layer* h, void* stream) {
+  if (!h || !h->bound) return fail(h, "cs_run", "cs_bind was not called");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  char* x_pad = h->ws + round_up(h->kernel_ws, 256);
+  char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
+  if (h->x_pad_bytes) {
+    size_t e = sizeof(ElementA);
+    if (cudaMemcpy2DAsync(x_pad, h->pad_k * e, h->x, h->k * e, h->k * e, h->m,
+                          cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+      return fail(h, "cudaMemcpy2DAsync", "x into padded buffer");
+  }
+  if (h->kernel_ws) {
+    cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
+    if (st != cutlass::Status::kSuccess) return fail(h, "initialize_workspace", cutlassGetStatusString(st));
+  }
+  cutlass::Status st = h->gemm.run(s);
+  if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
+  if (h->y_pad_bytes) {
+    size_t e = sizeof(ElementD);
+    // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
+    // which is the same bytes. Either way row i of y starts at i * pad_n.
+    if (cudaMemcpy2DAsync(h->y, h->n * e, y_pad, h->pad_n * e, h->n * e, h->m,
+                          cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+      return fail(h, "cudaMemcpy2DAsync", "padded output into y");
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(h, "launch", cudaGetErrorString(e));
+  return 0;
+}
+
+void cs_destroy(cs_layer* h) { delete h; }
+
+}  // extern "C"

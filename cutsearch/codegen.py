@@ -30,10 +30,11 @@ class KernelSource:
     operation_name: str
     code: str  # one translation unit: kernel + C-ABI launcher
     cutlass_version: str
+    libraries: tuple[str, ...] = ()  # extra libraries to link, e.g. ("cublas",)
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.code.encode()).hexdigest()
+        return hashlib.sha256(self.code.encode() + repr(self.libraries).encode()).hexdigest()
 
 
 def cutlass_version() -> str:
@@ -142,6 +143,14 @@ def render(layer: Layer, config: Config) -> KernelSource:
                            swap_ab=int(config.swap_ab), has_bias=int(layer.bias),
                            has_act=int(layer.activation != "none"))
     return KernelSource(operation_name=name, code=code, cutlass_version=cutlass_version())
+
+
+def render_fallback(layer: Layer) -> KernelSource:
+    """The cuBLAS fallback with the same C ABI, for layers no CUTLASS kernel beat cuBLAS on."""
+    act = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}[layer.activation]
+    code = render_template("cublas_fallback.cu", is_bf16=int(layer.dtype == "bf16"), has_bias=int(layer.bias), act=act)
+    return KernelSource(operation_name="cublas_fallback", code=code, cutlass_version=cutlass_version(),
+                        libraries=("cublas",))
 
 
 def render_template(name: str, **values: object) -> str:

@@ -134,7 +134,8 @@ class Compiler:
         except OSError as exc:
             raise _disk_problem(exc, self.cache.root) from None
         cmd = [self.toolchain.nvcc, *self.toolchain.flags,
-               *(f"-I{p}" for p in cutlass_include_dirs()), SOURCE, "-o", LIBRARY]
+               *(f"-I{p}" for p in cutlass_include_dirs()), SOURCE, "-o", LIBRARY,
+               *(f"-l{lib}" for lib in source.libraries)]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, cwd=staged, capture_output=True, text=True, timeout=self.timeout_s)

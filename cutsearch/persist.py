@@ -30,12 +30,16 @@ def write_json(path: Path, data: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a failed write leaves the old file and nothing else
+        raise
 
 
 def write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[str, Any]) -> Path:
@@ -44,6 +48,7 @@ def write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[str
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
+        staged.chmod(0o755)  # mkdtemp makes it private; the published directory is not
         hashes = {}
         for name, content in files.items():
             dest = staged / name

@@ -43,7 +43,8 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except UserError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        # One line, never wrapped: scripts grep it and people read it.
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted: finished trials are saved; run the same command to resume")

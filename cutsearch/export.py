@@ -1,0 +1,143 @@
+"""A study's best kernel -> a self-contained directory an application can load.
+
+The directory holds the kernel source with its launcher, the built sm_90a library, a C header,
+a CMakeLists.txt to rebuild it, a C++ example, a README and meta.json with the sha256 of every
+file. When the search found nothing faster than cuBLAS, the export is a cuBLAS fallback with
+the same C ABI, so that using cutsearch never makes an application slower.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cutsearch import codegen, persist
+from cutsearch.errors import UserError
+from cutsearch.problem import Layer
+from cutsearch.workspace import Workspace
+
+EXPORTED_BY = "cutsearch"
+ABI_VERSION = 1
+LIBRARY = "libcutsearch_fc.so"
+HEADER = "cutsearch_fc.h"
+
+
+def export(study: str, *, out: Path | None = None, storage: str | None = None, workspace: Workspace | None = None,
+           force: bool = False) -> Path:
+    """Write the export of `study` to `out` (default exports/<study>) and return its path."""
+    ws = workspace or Workspace()
+    Workspace.check_name(study)
+    from cutsearch.tuner import study_layer
+
+    layer = study_layer(study, storage, ws)
+    target = Path(out) if out is not None else Path("exports") / study
+    _check_target(target, force)
+    best = ws.best_dir(study)
+    persist.recover_dir(best)
+    meta = persist.verify_dir(best) if best.exists() else None
+    summary = _read_json(ws.result_json(study))
+    speedup = meta.get("speedup") if meta else None
+    if meta is not None and speedup is not None and speedup >= 1.0:
+        files, body = _kernel_export(layer, best, meta)
+    else:
+        reason = ("the search persisted no kernel" if meta is None else
+                  f"the best kernel ran at {speedup:.2f}x cuBLAS" if speedup is not None else
+                  "the best kernel has no cuBLAS comparison")
+        files, body = _fallback_export(layer, reason, meta)
+    body.update({"exported_by": EXPORTED_BY, "abi": ABI_VERSION, "study": study, "library": files.get(LIBRARY) and LIBRARY,
+                 "header": HEADER, "layer": layer.to_dict(),
+                 "dtypes": {"x": layer.dtype, "w": layer.dtype, "b": layer.dtype if layer.bias else None,
+                            "y": layer.dtype, "accumulate": "f32"},
+                 "search": {k: summary.get(k) for k in ("trials", "wall_s", "command", "gpu")} if summary else None})
+    return persist.write_dir(target, files, body)
+
+
+def _check_target(target: Path, force: bool) -> None:
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise UserError(f"{target} exists and is not a directory: choose another --out")
+    meta = _read_json(target / persist.META)
+    ours = meta is not None and meta.get("exported_by") == EXPORTED_BY
+    if not ours and any(target.iterdir()):
+        raise UserError(f"{target} exists and is not a cutsearch export: refusing to replace it")
+    if ours and not force:
+        raise UserError(f"{target} already holds an export: pass --force to replace it")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: dict[str, int]) -> str:
+    return codegen.render_template(
+        "cutsearch_fc.h", shape=layer.shape, dtype=layer.dtype, bias=str(layer.bias).lower(),
+        activation=layer.activation, kernel_name=kernel_name, m=layer.m, n=layer.n, k=layer.k,
+        pad_n=pad_n, pad_k=pad_k, raster=knobs.get("raster", 0), swizzle=knobs.get("swizzle", 1),
+        splits=knobs.get("splits", 1), decomposition=knobs.get("decomposition", 0))
+
+
+def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:
+    return {
+        HEADER: header,
+        "CMakeLists.txt": codegen.render_template("CMakeLists.txt", cutlass_version=codegen.cutlass_version(),
+                                                  needs_cutlass="ON" if backend == "cutlass" else "OFF"),
+        "example.cpp": codegen.render_template("example.cpp"),
+        "README.md": codegen.render_template("export_README.md", shape=layer.shape, dtype=layer.dtype,
+                                             backend=backend, library=LIBRARY, header=HEADER),
+    }
+
+
+def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any]) -> tuple[dict, dict]:
+    transforms = meta["transforms"]
+    source = (best / "kernel.cu").read_text()
+    name = next((line.split()[-1] for line in source.splitlines() if line.startswith("// Gemm operator")), "kernel")
+    files: dict[str, Any] = _common_files(layer, backend="cutlass", header=_header(
+        layer, kernel_name=name, pad_n=transforms["pad_n"], pad_k=transforms["pad_k"], knobs=meta["knobs"]))
+    files["kernel.cu"] = best / "kernel.cu"
+    files[LIBRARY] = best / "kernel.so"
+    body = {"backend": "cutlass", "arch": meta.get("arch", "sm_90a"), "kernel": name,
+            "config": meta["config"], "knobs": meta["knobs"], "transforms": transforms,
+            "timing_us": meta["timing_us"], "cublas_us": meta["cublas_us"], "speedup": meta["speedup"],
+            "floor_us": meta.get("floor_us"), "toolchain": {"gpu": meta.get("gpu"), "nvcc": meta.get("nvcc"),
+                                                            "cutlass": meta.get("cutlass")}}
+    return files, body
+
+
+def _fallback_export(layer: Layer, reason: str, meta: dict[str, Any] | None) -> tuple[dict, dict]:
+    source = codegen.render_fallback(layer)
+    files: dict[str, Any] = _common_files(layer, backend="cublas", header=_header(
+        layer, kernel_name="cublas_fallback", pad_n=layer.n, pad_k=layer.k, knobs={}))
+    files["kernel.cu"] = source.code
+    built, problem = _build_fallback(source)
+    note = None
+    if built is not None:
+        files[LIBRARY] = built
+    else:
+        note = f"the C library was not built here ({problem}): build it with CMakeLists.txt; Python calls torch"
+    body = {"backend": "cublas", "arch": None, "fallback_reason": f"{reason}: this export calls cuBLAS",
+            "transforms": {"swap_ab": False, "pad_n": layer.n, "pad_k": layer.k}, "config": None, "knobs": {},
+            "timing_us": None, "cublas_us": (meta or {}).get("cublas_us"), "speedup": 1.0,
+            "best_kernel_speedup": (meta or {}).get("speedup"), "note": note}
+    return files, body
+
+
+def _build_fallback(source: codegen.KernelSource) -> tuple[Path | None, str | None]:
+    from cutsearch.cache import Cache
+    from cutsearch.compiler import Compiler, Toolchain
+    from cutsearch.errors import EnvironmentProblem
+    from cutsearch.outcome import Failure
+    from cutsearch.search import default_cache_dir
+
+    try:
+        compiler = Compiler(Cache(default_cache_dir()), Toolchain.find(codegen.cutlass_version()), jobs=1)
+    except EnvironmentProblem as exc:
+        return None, str(exc)
+    built = compiler.compile(source)
+    if isinstance(built, Failure):
+        return None, built.message
+    return built.library, None

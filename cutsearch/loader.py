@@ -1,0 +1,305 @@
+"""`cutsearch.load(DIR)`: an exported layer as a callable, for applications.
+
+Loading a shared library runs its code, so nothing is loaded before every file's sha256 has
+been checked against meta.json and the GPU's architecture against the kernel's. Per call, the
+host work is a few attribute reads and one C call: the launcher rebuilds its arguments only
+when a pointer changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any
+
+from cutsearch import persist
+from cutsearch.errors import UserError
+
+_DTYPES = {"f16": ("float16", "<f2"), "bf16": ("bfloat16", None)}
+
+
+def device_capability(device: int) -> tuple[int, int]:
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError:
+        raise UserError("cuda-python (cuda.bindings) is needed to check the GPU before loading a kernel") from None
+    err, major = cudart.cudaDeviceGetAttribute(cudart.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor, device)
+    if err != cudart.cudaError_t.cudaSuccess:
+        raise UserError(f"no usable CUDA GPU {device}: {cudart.cudaGetErrorString(err)[1].decode()}")
+    _, minor = cudart.cudaDeviceGetAttribute(cudart.cudaDeviceAttr.cudaDevAttrComputeCapabilityMinor, device)
+    return major, minor
+
+
+def check_arch(meta: dict[str, Any], device: int, capability: tuple[int, int] | None = None) -> None:
+    arch = meta.get("arch")
+    if arch is None:
+        return
+    major, minor = capability or device_capability(device)
+    want = arch.removeprefix("sm_").rstrip("a")
+    if f"{major}{minor}" != want:
+        raise UserError(f"this export is built for {arch}, but GPU {device} is sm_{major}{minor}: "
+                        "search again on that GPU")
+
+
+class _Tensor:
+    """The few facts the launcher needs of any CUDA array: torch, CuPy, CAI or DLPack."""
+
+    __slots__ = ("obj", "ptr", "shape", "dtype", "contiguous", "device")
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+        mod = type(obj).__module__.split(".")[0]
+        if mod == "torch":
+            if not obj.is_cuda:
+                raise UserError(f"tensor is on {obj.device}: the layer runs on a CUDA device")
+            self.ptr, self.shape, self.device = obj.data_ptr(), tuple(obj.shape), obj.device.index
+            self.dtype = str(obj.dtype).removeprefix("torch.")
+            self.contiguous = obj.is_contiguous()
+        elif hasattr(obj, "__cuda_array_interface__"):
+            cai = obj.__cuda_array_interface__
+            self.ptr, self.shape = cai["data"][0], tuple(cai["shape"])
+            self.dtype = {"<f2": "float16", "<V2": "bfloat16", "|V2": "bfloat16"}.get(cai["typestr"], cai["typestr"])
+            if getattr(obj, "dtype", None) is not None and "bfloat16" in str(obj.dtype):
+                self.dtype = "bfloat16"
+            strides = cai.get("strides")
+            itemsize = 2
+            expect = tuple(itemsize * int(_prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+            self.contiguous = strides is None or tuple(strides) == expect
+            self.device = getattr(getattr(obj, "device", None), "id", None)
+        elif hasattr(obj, "__dlpack__"):
+            try:
+                import torch
+            except ImportError:
+                raise UserError("a DLPack tensor needs torch to be read; pass a torch or CuPy array") from None
+            self.__init__(torch.from_dlpack(obj))
+        else:
+            raise UserError(f"cannot read a {type(obj).__name__}: pass a torch tensor, a CuPy array, or any "
+                            "object with __cuda_array_interface__ or __dlpack__")
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+class FcLayer:
+    """y = act(x @ W^T (+ b)) with the exported kernel. Call prepare() once, then call it."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], *, device: int, any_m: bool) -> None:
+        self.path, self.meta, self.device, self.any_m = path, meta, device, any_m
+        layer = meta["layer"]
+        self.m, self.n, self.k = layer["M"], layer["N"], layer["K"]
+        self.dtype = _DTYPES[layer["dtype"]][0]
+        self.bias, self.activation = layer["bias"], layer["activation"]
+        self.backend = meta["backend"]
+        t = meta["transforms"]
+        self.pad_n, self.pad_k = t["pad_n"], t["pad_k"]
+        self.knobs = meta.get("knobs") or {}
+        self._lib = _open(path / meta["library"]) if meta.get("library") and self.backend == "cutlass" else None
+        self._handles: dict[int, ctypes.c_void_p] = {}
+        self._prepared: tuple[Any, Any] | None = None
+        self._workspace: dict[int, Any] = {}
+
+    def __repr__(self) -> str:
+        return (f"FcLayer({self.m}x{self.n}x{self.k} {self.meta['layer']['dtype']}, backend={self.backend}, "
+                f"speedup={self.meta.get('speedup')})")
+
+    # -- one-time work ----------------------------------------------------------------------
+    def prepare(self, w: Any, b: Any = None) -> FcLayer:
+        """Lay the constant weights out as the kernel wants them: zero-padded to [pad_n, pad_k]."""
+        wt = _Tensor(w)
+        if wt.shape != (self.n, self.k):
+            raise UserError(f"W has shape {list(wt.shape)}, this layer needs [{self.n}, {self.k}]")
+        if wt.dtype != self.dtype:
+            raise UserError(f"W is {wt.dtype}, this layer needs {self.dtype}")
+        if self.bias and b is None:
+            raise UserError("this layer was searched with a bias: pass b")
+        if not self.bias and b is not None:
+            raise UserError("this layer was searched without a bias: b must be None")
+        if b is not None and _Tensor(b).shape != (self.n,):
+            raise UserError(f"b has shape {list(_Tensor(b).shape)}, this layer needs [{self.n}]")
+        xp = _namespace(w)
+        if self.backend == "cublas":
+            self._prepared = (w, b)
+            return self
+        wp = xp.zeros_like_shape(w, (self.pad_n, self.pad_k))
+        xp.copy_into(wp, w)
+        bp = None
+        if b is not None:
+            bp = xp.zeros_like_shape(b, (self.pad_n,))
+            xp.copy_into(bp, b)
+        self._prepared = (wp, bp)
+        return self
+
+    # -- per call -----------------------------------------------------------------------------
+    def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
+        if self._prepared is None:
+            raise UserError("call prepare(W, b) once before using the layer")
+        xt = _Tensor(x)
+        if len(xt.shape) != 2 or xt.shape[1] != self.k:
+            raise UserError(f"x has shape {list(xt.shape)}, this layer needs [M, {self.k}]")
+        m = xt.shape[0]
+        if m != self.m and not self.any_m:
+            raise UserError(f"x has M={m} rows but the kernel was searched for M={self.m}; "
+                            "load with any_m=True to run it for other M (correct, not tuned)")
+        if xt.dtype != self.dtype:
+            raise UserError(f"x is {xt.dtype}, this layer needs {self.dtype}")
+        if not xt.contiguous:
+            raise UserError("x must be contiguous (row-major [M, K])")
+        if xt.ptr % 16:
+            raise UserError("x must be 16-byte aligned")
+        xp = _namespace(x)
+        if self.backend == "cublas":
+            return xp.linear(x, *self._prepared, self.activation, out)
+        if out is None:
+            out = xp.empty_like_shape(x, (m, self.n))
+        yt = _Tensor(out)
+        if yt.shape != (m, self.n) or yt.dtype != self.dtype or not yt.contiguous:
+            raise UserError(f"out must be a contiguous [{m}, {self.n}] {self.dtype} array")
+        handle = self._handle(m, xp, x)
+        wp, bp = self._prepared
+        lib = self._lib
+        if lib.cs_bind(handle, xt.ptr, _Tensor(wp).ptr, _Tensor(bp).ptr if bp is not None else None, yt.ptr,
+                       _Tensor(self._workspace[m]).ptr):
+            raise RuntimeError(f"cutsearch kernel refused its arguments: {lib.cs_error(handle).decode()}")
+        if lib.cs_run(handle, xp.stream(stream)):
+            raise RuntimeError(f"cutsearch kernel failed to launch: {lib.cs_error(handle).decode()}")
+        return out
+
+    def _handle(self, m: int, xp: Any, like: Any) -> ctypes.c_void_p:
+        handle = self._handles.get(m)
+        if handle is None:
+            handle = ctypes.c_void_p()
+            kn = self.knobs
+            if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
+                                   kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
+                                   kn.get("decomposition", 0)):
+                raise RuntimeError("cutsearch: cs_create failed")
+            self._workspace[m] = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
+            self._handles[m] = handle
+        return handle
+
+    def __del__(self) -> None:
+        lib = getattr(self, "_lib", None)
+        for handle in getattr(self, "_handles", {}).values():
+            if lib is not None:
+                lib.cs_destroy(handle)
+
+
+class _TorchOps:
+    def __init__(self, torch) -> None:
+        self.torch = torch
+
+    def zeros_like_shape(self, like, shape):
+        return self.torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+    def empty_like_shape(self, like, shape):
+        return self.torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def bytes(self, like, n):
+        return self.torch.empty(n, dtype=self.torch.uint8, device=like.device)
+
+    def copy_into(self, dst, src):
+        dst[tuple(slice(0, s) for s in src.shape)] = src
+
+    def stream(self, stream):
+        if stream is None:
+            return self.torch.cuda.current_stream().cuda_stream
+        return getattr(stream, "cuda_stream", stream)
+
+    def linear(self, x, w, b, activation, out):
+        F = self.torch.nn.functional
+        y = F.linear(x, w, b)
+        if activation != "none":
+            y = getattr(F, activation)(y)
+        if out is not None:
+            out.copy_(y)
+            return out
+        return y
+
+
+class _CupyOps:
+    def __init__(self, cupy) -> None:
+        self.cp = cupy
+
+    def zeros_like_shape(self, like, shape):
+        return self.cp.zeros(shape, dtype=like.dtype)
+
+    def empty_like_shape(self, like, shape):
+        return self.cp.empty(shape, dtype=like.dtype)
+
+    def bytes(self, like, n):
+        return self.cp.empty(n, dtype=self.cp.uint8)
+
+    def copy_into(self, dst, src):
+        dst[tuple(slice(0, s) for s in src.shape)] = src
+
+    def stream(self, stream):
+        if stream is None:
+            return self.cp.cuda.get_current_stream().ptr
+        return getattr(stream, "ptr", stream)
+
+    def linear(self, x, w, b, activation, out):
+        y = x @ w.T
+        if b is not None:
+            y += b
+        if activation != "none":
+            raise UserError("the cuBLAS fallback applies activations through torch: pass torch tensors")
+        if out is not None:
+            out[...] = y
+            return out
+        return y
+
+
+def _namespace(obj: Any):
+    mod = type(obj).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+
+        return _TorchOps(torch)
+    if mod == "cupy":
+        import cupy
+
+        return _CupyOps(cupy)
+    try:
+        import torch
+
+        return _TorchOps(torch)
+    except ImportError:
+        raise UserError("pass torch tensors or CuPy arrays (needed to allocate outputs and padded weights)") from None
+
+
+def _open(path: Path):
+    lib = ctypes.CDLL(str(path))
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    lib.cs_abi_version.restype = i
+    lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i]
+    lib.cs_create.restype = i
+    lib.cs_workspace_size.argtypes = [vp]
+    lib.cs_workspace_size.restype = ctypes.c_size_t
+    lib.cs_bind.argtypes = [vp, vp, vp, vp, vp, vp]
+    lib.cs_bind.restype = i
+    lib.cs_run.argtypes = [vp, vp]
+    lib.cs_run.restype = i
+    lib.cs_error.argtypes = [vp]
+    lib.cs_error.restype = ctypes.c_char_p
+    lib.cs_destroy.argtypes = [vp]
+    lib.cs_destroy.restype = None
+    return lib
+
+
+def load(path: str | Path, *, device: int = 0, any_m: bool = False, capability: tuple[int, int] | None = None) -> FcLayer:
+    """Check and load an export. `any_m` allows calls with another M (the kernel is M-agnostic)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path} is not a directory")
+    meta = persist.verify_dir(path)
+    if meta.get("exported_by") != "cutsearch":
+        raise UserError(f"{path} is not a cutsearch export")
+    if meta.get("abi") != 1:
+        raise UserError(f"{path} has C ABI version {meta.get('abi')}; this cutsearch reads version 1")
+    if meta["backend"] == "cutlass":
+        check_arch(meta, device, capability)
+    return FcLayer(path, meta, device=device, any_m=any_m)

@@ -1,0 +1,48 @@
+/* C ABI of one exported cutsearch layer: y[M,N] = act(x[M,K] @ W[N,K]^T (+ b[N])).
+ *
+ * Layer: ${shape} ${dtype}, bias ${bias}, activation ${activation}; kernel ${kernel_name}.
+ * Weights must be laid out once before binding: W as [pad_n, pad_k] row-major, zero-padded,
+ * and b as [pad_n] (pad_n = ${pad_n}, pad_k = ${pad_k} for this layer).
+ * All pointers are device pointers; every call runs on the stream it is given.
+ */
+#ifndef CUTSEARCH_FC_H
+#define CUTSEARCH_FC_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUTSEARCH_FC_M ${m}
+#define CUTSEARCH_FC_N ${n}
+#define CUTSEARCH_FC_K ${k}
+#define CUTSEARCH_FC_PAD_N ${pad_n}
+#define CUTSEARCH_FC_PAD_K ${pad_k}
+/* Run-time arguments the search chose for this kernel. */
+#define CUTSEARCH_FC_RASTER ${raster}
+#define CUTSEARCH_FC_SWIZZLE ${swizzle}
+#define CUTSEARCH_FC_SPLITS ${splits}
+#define CUTSEARCH_FC_DECOMPOSITION ${decomposition}
+
+typedef struct cs_layer cs_layer;
+
+int cs_abi_version(void);
+const char* cs_kernel_name(void);
+/* Returns 0 on success. m may differ from CUTSEARCH_FC_M (correct, but not tuned for it). */
+int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
+              int raster, int swizzle, int splits, int decomposition);
+/* Bytes of device workspace the caller provides to cs_bind. */
+size_t cs_workspace_size(const cs_layer* layer);
+/* Prepares the kernel's arguments; cheap when the pointers are the same as last time. */
+int cs_bind(cs_layer* layer, const void* x, const void* w, const void* bias, void* y, void* workspace);
+/* One layer call on `stream` (a cudaStream_t). Capturable in a CUDA graph once bound. */
+int cs_run(cs_layer* layer, void* stream);
+const char* cs_error(const cs_layer* layer);
+void cs_destroy(cs_layer* layer);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUTSEARCH_FC_H */

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import re
 import string
 from pathlib import Path
 
@@ -114,11 +115,12 @@ def render(layer: Layer, config: Config) -> KernelSource:
             def example(shape, elt, layout=cc.LayoutType.RowMajor):
                 return Tensor(element=elt, shape=shape, layout_tag=layout)
 
-            examples = {"accum": example((kp.m, kp.n), cc.DataType.f32),
-                        "D": example((kp.m, kp.n), element, layout_d)}
+            # Fixed example sizes: the tracer reads a unit extent as a broadcast (M=1 would bake
+            # a zero row stride into D), and equal sources let every layer share the kernel.
+            examples = {"accum": example((2, 2), cc.DataType.f32), "D": example((2, 2), element, layout_d)}
             if layer.bias:
                 # The bias follows N: per column of y, per row of y^T when swapped.
-                examples["bias"] = example((kp.m, 1) if config.swap_ab else (1, kp.n), element)
+                examples["bias"] = example((2, 1) if config.swap_ab else (1, 2), element)
             plan.epilogue_visitor = cc.epilogue.trace(fn, examples, cc=90)
         base = plan.tile_descriptions()[0]
         td = base.clone_and_update({
@@ -132,7 +134,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
         })
         operation = plan.construct(td, alignment_A=kp.align_ab, alignment_B=kp.align_ab,
                                    alignment_C=kp.align_d)
-        kernel = operation.rt_module.emit()
+        kernel = _cta_tile_descriptor(operation.rt_module.emit(), config)
         includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
         name = operation.procedural_name()
     except KeyError as exc:
@@ -143,6 +145,19 @@ def render(layer: Layer, config: Config) -> KernelSource:
                            swap_ab=int(config.swap_ab), has_bias=int(layer.bias),
                            has_act=int(layer.activation != "none"))
     return KernelSource(operation_name=name, code=code, cutlass_version=cutlass_version())
+
+
+def _cta_tile_descriptor(kernel: str, config: Config) -> str:
+    """The interface describes a fused epilogue with the cluster's tile; its broadcasts index by
+    the CTA tile, which the collective builders get. Give the descriptor the CTA tile too."""
+    if config.cluster_m == config.cluster_n == 1 or "EpilogueDescriptor<" not in kernel:
+        return kernel
+    cta = f"cute::Shape<_{config.tile_m}, _{config.tile_n}, _{config.tile_k}>"
+    pattern = re.compile(r"(EpilogueDescriptor<\s*)cute::Shape<_\d+, _\d+, _\d+>")
+    patched, count = pattern.subn(lambda mt: mt.group(1) + cta, kernel, count=1)
+    if count != 1:
+        raise CodegenError("unexpected epilogue descriptor in the emitted kernel")
+    return patched
 
 
 def render_fallback(layer: Layer) -> KernelSource:

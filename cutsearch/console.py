@@ -29,6 +29,12 @@ class ProgressView:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from cutsearch.errors import UserError
+
+        if isinstance(exc[1], UserError):  # the error's one line is all there is to read: no bar
+            self.progress.live.transient = True
+            self.progress.live.stop()
+            return
         self.progress.__exit__(*exc)
 
     def _status(self) -> str:
@@ -104,4 +110,71 @@ def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
     line += f"; raster {raster}, swizzle {knobs.get('swizzle', 1)}"
     if knobs.get("splits", 1) > 1:
         line += f", splits {knobs['splits']}"
+    return line
+
+
+def print_study(console: Console, study: str, *, storage: str, top: int = 10) -> None:
+    """`cutsearch show`: the fastest trials, and the best kernel against cuBLAS."""
+    from cutsearch.errors import UserError
+    from cutsearch.report import digest
+
+    d = digest(study, storage=storage)
+    if d.trials == 0:
+        pending = f" ({d.pending} pending)" if d.pending else ""
+        raise UserError(f"study {study!r} has no finished trial yet{pending}: nothing to show")
+    layer = d.layer
+    title = (f"{study}: {layer.m}x{layer.n}x{layer.k} {layer.dtype}"
+             f"{' +bias' if layer.bias else ''}{'' if layer.activation == 'none' else ' ' + layer.activation}")
+    if d.measured:
+        trials = Table(title=f"{title}: top {min(top, len(d.top(top)))} of {len(d.measured)} completed trials",
+                       title_justify="left")
+        for name, justify in (("trial", "right"), ("median µs", "right"), ("p20-p80 µs", "right"),
+                              ("cuBLAS µs", "right"), ("speedup", "right"), ("config", "left"),
+                              ("compile s", "right")):
+            trials.add_column(name, justify=justify)
+        for r in d.top(top):
+            t = r.evaluation["measurement"]["timing"]
+            compile_s = r.evaluation.get("compile_s")
+            trials.add_row(str(r.number), f"{r.median_us:.1f}", f"{t['p20_us']:.1f}-{t['p80_us']:.1f}",
+                           "-" if r.cublas_us is None else f"{r.cublas_us:.1f}",
+                           "-" if r.speedup is None else f"{r.speedup:.2f}x", _config_short(r.config),
+                           "-" if compile_s is None else f"{compile_s:.0f}")
+        console.print(trials)
+    best = d.best
+    summary = Table(title=f"{title}: best kernel against cuBLAS", show_header=False, title_justify="left")
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("best kernel", "no completed trial" if best is None else
+                    f"{_us(best.median_us)} (trial {best.number})")
+    runs = len(d.cublas_runs)
+    summary.add_row("cuBLAS (F.linear)", "-" if d.cublas_us is None else
+                    f"{_us(d.cublas_us)} (median of {runs} run{'s' if runs != 1 else ''})")
+    summary.add_row("speedup", "-" if d.speedup is None else f"{d.speedup:.2f}x")
+    summary.add_row("roofline floor", f"{d.layer.floor_us:.1f} µs" + (
+        "" if d.fraction_of_floor is None else f" ({100 * d.fraction_of_floor:.0f}% reached)"))
+    summary.add_row("trials", f"{d.trials} ({len(d.measured)} completed, {len(d.failed)} failed"
+                    + (f", {d.pending} pending" if d.pending else "") + ")"
+                    + (f"; {sum(d.rejected.values())} proposals refused by space rules" if d.rejected else ""))
+    summary.add_row("failures", ", ".join(f"{k} {v}" for k, v in d.failures.items()) or "none")
+    if best is not None:
+        summary.add_row("config", _config_line(best.config.to_dict(), best.evaluation["measurement"]["knobs"]))
+    console.print(summary)
+    if best is None:
+        console.print(f"[yellow]no completed trial in {study}: every finished trial failed[/]")
+    if d.note:
+        console.print(f"[yellow]{d.note}[/]")
+    if d.speedup is not None and d.speedup < 1:
+        console.print("[yellow]cuBLAS is faster for this layer: an export will call cuBLAS instead[/]")
+
+
+def _config_short(c: Any) -> str:
+    """A config in one table cell: tile, cluster, schedules, then what differs from defaults."""
+    line = (f"{c.tile_m}x{c.tile_n}x{c.tile_k} c{c.cluster_m}x{c.cluster_n} "
+            f"{c.kernel_schedule}/{c.epilogue_schedule}/{c.tile_scheduler}")
+    if c.stages:
+        line += f" s{c.stages}"
+    if c.swap_ab:
+        line += " swap"
+    if c.pad:
+        line += " pad"
     return line

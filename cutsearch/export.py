@@ -18,7 +18,7 @@ from cutsearch.problem import Layer
 from cutsearch.workspace import Workspace
 
 EXPORTED_BY = "cutsearch"
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY = "libcutsearch_fc.so"
 HEADER = "cutsearch_fc.h"
 
@@ -78,7 +78,8 @@ def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: di
         "cutsearch_fc.h", shape=layer.shape, dtype=layer.dtype, bias=str(layer.bias).lower(),
         activation=layer.activation, kernel_name=kernel_name, m=layer.m, n=layer.n, k=layer.k,
         pad_n=pad_n, pad_k=pad_k, raster=knobs.get("raster", 0), swizzle=knobs.get("swizzle", 1),
-        splits=knobs.get("splits", 1), decomposition=knobs.get("decomposition", 0))
+        splits=knobs.get("splits", 1), decomposition=knobs.get("decomposition", 0),
+        reduction=knobs.get("reduction", 0))
 
 
 def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:

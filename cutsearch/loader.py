@@ -15,6 +15,8 @@ from typing import Any
 from cutsearch import persist
 from cutsearch.errors import UserError
 
+ABI_VERSION = 2
+
 _DTYPES = {"f16": ("float16", "<f2"), "bf16": ("bfloat16", None)}
 
 
@@ -98,7 +100,8 @@ class FcLayer:
         self.pad_n, self.pad_k = t["pad_n"], t["pad_k"]
         self.knobs = meta.get("knobs") or {}
         self._lib = _open(path / meta["library"]) if meta.get("library") and self.backend == "cutlass" else None
-        self._handles: dict[int, ctypes.c_void_p] = {}
+        self._handles: dict[int, tuple[ctypes.c_void_p, int]] = {}
+        self._w_ptr = self._b_ptr = None
         self._prepared: tuple[Any, Any] | None = None
         self._workspace: dict[int, Any] = {}
 
@@ -131,6 +134,8 @@ class FcLayer:
             bp = xp.zeros_like_shape(b, (self.pad_n,))
             xp.copy_into(bp, b)
         self._prepared = (wp, bp)
+        self._w_ptr = _Tensor(wp).ptr
+        self._b_ptr = _Tensor(bp).ptr if bp is not None else None
         return self
 
     # -- per call -----------------------------------------------------------------------------
@@ -158,32 +163,31 @@ class FcLayer:
         yt = _Tensor(out)
         if yt.shape != (m, self.n) or yt.dtype != self.dtype or not yt.contiguous:
             raise UserError(f"out must be a contiguous [{m}, {self.n}] {self.dtype} array")
-        handle = self._handle(m, xp, x)
-        wp, bp = self._prepared
+        handle, ws_ptr = self._handle(m, xp, x)
         lib = self._lib
-        if lib.cs_bind(handle, xt.ptr, _Tensor(wp).ptr, _Tensor(bp).ptr if bp is not None else None, yt.ptr,
-                       _Tensor(self._workspace[m]).ptr):
+        # cs_bind returns at once when the pointers are those of the previous call.
+        if lib.cs_bind(handle, xt.ptr, self._w_ptr, self._b_ptr, yt.ptr, ws_ptr):
             raise RuntimeError(f"cutsearch kernel refused its arguments: {lib.cs_error(handle).decode()}")
         if lib.cs_run(handle, xp.stream(stream)):
             raise RuntimeError(f"cutsearch kernel failed to launch: {lib.cs_error(handle).decode()}")
         return out
 
-    def _handle(self, m: int, xp: Any, like: Any) -> ctypes.c_void_p:
-        handle = self._handles.get(m)
-        if handle is None:
+    def _handle(self, m: int, xp: Any, like: Any) -> tuple[ctypes.c_void_p, int]:
+        found = self._handles.get(m)
+        if found is None:
             handle = ctypes.c_void_p()
             kn = self.knobs
             if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
                                    kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
-                                   kn.get("decomposition", 0)):
+                                   kn.get("decomposition", 0), kn.get("reduction", 0)):
                 raise RuntimeError("cutsearch: cs_create failed")
             self._workspace[m] = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
-            self._handles[m] = handle
-        return handle
+            found = self._handles[m] = (handle, _Tensor(self._workspace[m]).ptr)
+        return found
 
     def __del__(self) -> None:
         lib = getattr(self, "_lib", None)
-        for handle in getattr(self, "_handles", {}).values():
+        for handle, _ in getattr(self, "_handles", {}).values():
             if lib is not None:
                 lib.cs_destroy(handle)
 
@@ -253,8 +257,18 @@ class _CupyOps:
         return y
 
 
+_OPS: dict[str, Any] = {}
+
+
 def _namespace(obj: Any):
     mod = type(obj).__module__.split(".")[0]
+    ops = _OPS.get(mod)
+    if ops is None:
+        ops = _OPS[mod] = _make_namespace(mod)
+    return ops
+
+
+def _make_namespace(mod: str):
     if mod == "torch":
         import torch
 
@@ -275,7 +289,7 @@ def _open(path: Path):
     lib = ctypes.CDLL(str(path))
     vp, i = ctypes.c_void_p, ctypes.c_int
     lib.cs_abi_version.restype = i
-    lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i]
+    lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i]
     lib.cs_create.restype = i
     lib.cs_workspace_size.argtypes = [vp]
     lib.cs_workspace_size.restype = ctypes.c_size_t
@@ -298,8 +312,8 @@ def load(path: str | Path, *, device: int = 0, any_m: bool = False, capability: 
     meta = persist.verify_dir(path)
     if meta.get("exported_by") != "cutsearch":
         raise UserError(f"{path} is not a cutsearch export")
-    if meta.get("abi") != 1:
-        raise UserError(f"{path} has C ABI version {meta.get('abi')}; this cutsearch reads version 1")
+    if meta.get("abi") != ABI_VERSION:
+        raise UserError(f"{path} has C ABI version {meta.get('abi')}; this cutsearch reads version {ABI_VERSION}")
     if meta["backend"] == "cutlass":
         check_arch(meta, device, capability)
     return FcLayer(path, meta, device=device, any_m=any_m)

@@ -60,6 +60,7 @@ class Measurement:
     rel_error: float
     variants: tuple[tuple[Knobs, float], ...] = ()  # (knobs, median_us) of the second level
     baseline: Timing | None = None                  # cuBLAS, same process, same inputs
+    mm: Timing | None = None                        # torch.mm(x, W.t()), bias-free layers only
 
     @property
     def median_us(self) -> float:
@@ -72,13 +73,15 @@ class Measurement:
     def to_dict(self) -> dict[str, Any]:
         return {"timing": self.timing.to_dict(), "knobs": self.knobs.to_dict(), "rel_error": self.rel_error,
                 "variants": [[k.to_dict(), t] for k, t in self.variants],
-                "baseline": self.baseline.to_dict() if self.baseline else None}
+                "baseline": self.baseline.to_dict() if self.baseline else None,
+                "mm": self.mm.to_dict() if self.mm else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
         return cls(timing=Timing.from_dict(d["timing"]), knobs=Knobs(**d["knobs"]), rel_error=d["rel_error"],
                    variants=tuple((Knobs(**k), t) for k, t in d.get("variants", [])),
-                   baseline=Timing.from_dict(d["baseline"]) if d.get("baseline") else None)
+                   baseline=Timing.from_dict(d["baseline"]) if d.get("baseline") else None,
+                   mm=Timing.from_dict(d["mm"]) if d.get("mm") else None)
 
 
 Outcome = Measurement | Failure

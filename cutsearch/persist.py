@@ -36,6 +36,7 @@ def write_json(path: Path, data: Any) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the published file is not
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)  # a failed write leaves the old file and nothing else

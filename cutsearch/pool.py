@@ -3,11 +3,17 @@
 The child is started with `spawn` (a fresh interpreter: CUDA must never be initialised in
 a forked parent). A reply that does not come within the timeout gets the child killed, and a
 child that dies shows as EOF; either way the request becomes a typed Failure and the next
-request starts a new child.
+request starts a new child. A child that replies with a CRASH (an error it could not contain,
+or one that may have poisoned its CUDA context) is replaced too: its state is no longer
+trusted, and a child that is already exiting must not be handed the next request.
+
+A child's first message is READY, sent once it has done its slow start (importing torch,
+creating the CUDA context): a request's timeout times the request, never the start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import time
@@ -18,6 +24,7 @@ from cutsearch.outcome import Failure, FailureKind
 log = logging.getLogger(__name__)
 
 Serve = Callable[[Any, int], None]
+READY = "cutsearch-worker-ready"
 
 
 class WorkerProcess:
@@ -31,28 +38,51 @@ class WorkerProcess:
         self._conn = None
         self.restarts = 0
         self.start_timeout_s = start_timeout_s
+        self._last_exit: int | None = None
 
-    def _start(self) -> None:
+    def _start(self) -> Failure | None:
+        """Start a child and wait for its READY; a Failure if it dies or hangs on the way."""
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=self._serve, args=(child, self.gpu), daemon=True,
                                        name=f"cutsearch-gpu{self.gpu}")
         self._proc.start()
         child.close()
         self._conn = parent
+        try:
+            if self._conn.poll(self.start_timeout_s):
+                hello = self._conn.recv()
+                if hello == READY:
+                    return None
+                problem, kind = f"sent {hello!r} instead of {READY!r}", FailureKind.CRASH
+            else:
+                problem, kind = f"did not start in {self.start_timeout_s:.0f} s", FailureKind.TIMEOUT
+        except (EOFError, OSError):
+            self._reap()
+            problem, kind = f"died while starting (exit code {self._last_exit})", FailureKind.CRASH
+        self.kill()
+        return Failure(kind=kind, message=f"the GPU worker {problem}")
 
     def call(self, request: Any, timeout_s: float) -> Any:
         """The child's reply, or a Failure of kind TIMEOUT or CRASH."""
         if self._proc is None or not self._proc.is_alive():
             self._reap()
-            self._start()
+            self._close_conn()
+            failed = self._start()
+            if failed is not None:
+                return dataclasses.replace(failed, log=f"request: {request!r}")
         started = time.monotonic()
         try:
             self._conn.send(request)
             if self._conn.poll(timeout_s):
-                return self._conn.recv()
+                reply = self._conn.recv()
+                if isinstance(reply, Failure) and reply.kind is FailureKind.CRASH:
+                    self.restarts += 1
+                    self.kill()
+                return reply
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             self.restarts += 1
             code = self._reap()
+            self._close_conn()
             return Failure(kind=FailureKind.CRASH, message=f"the GPU worker died (exit code {code})",
                            log=f"request: {request!r}")
         waited = time.monotonic() - started
@@ -69,15 +99,24 @@ class WorkerProcess:
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=5)
+        self._last_exit = proc.exitcode
         return proc.exitcode
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def pid(self) -> int | None:
+        """The live child's process id (None before the first request or after a kill)."""
+        return self._proc.pid if self._proc is not None and self._proc.is_alive() else None
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
         self._reap()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._close_conn()
 
     close = kill
 

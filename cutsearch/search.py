@@ -136,20 +136,24 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(layer, study_name=study_name, storage=storage,
                        sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials))
-    reaped = storage_mod.reap_stale(study)
-    if reaped:
-        _emit(events, "reaped", trials=reaped)
     if sampler == "model":
         _enqueue_model_order(study, layer, space, trials)
     else:
         warm_start(study, layer, space, batch if warm is None else warm)
     dists = distributions(space)
-    known = _known(study)
+    known: dict[str, Evaluation] = {}
+    learned: set[int] = set()
+    _learn(known, learned, study.get_trials(deepcopy=False))
     best = _best(study)
+    if best is not None and on_best is not None:
+        on_best(best, study)  # a killed run may have told its best and died before persisting it
     new_trials = new_compiles = 0
     stalled = 0
     with storage_mod.Heartbeat(study) as heartbeat:
         while True:
+            reaped = storage_mod.reap_stale(study)  # trials of runs that died, here or elsewhere
+            if reaped:
+                _emit(events, "reaped", trials=reaped)
             done = _evaluated(study)
             remaining = trials - done
             if remaining <= 0:
@@ -160,26 +164,42 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
             _emit(events, "batch", size=min(batch, remaining), done=done, total=trials)
             # Fill the batch with configs worth building. Proposals that break a space rule are
             # recorded with their reason but cost no budget; known configs replay their result.
+            # Every ask happens under the study's budget lock, after counting the trials told and
+            # in flight in every process: workers sharing the study stop exactly at `trials`.
             fresh: dict[str, list[optuna.Trial]] = collections.defaultdict(list)
             taken = asks = 0
+            claimed = False  # the whole budget is told or in flight
             while taken < min(batch, remaining) and asks < MAX_ASKS_PER_SLOT * batch:
-                trial = study.ask(dists)
-                asks += 1
-                heartbeat.claim(trial)
-                config = Space.config_from_params(trial.params)
-                reason = invalid_reason(layer, config)
-                if reason is not None:
-                    _tell(study, trial, _invalid(config, reason, evaluator.source), rule_invalid=True)
-                    heartbeat.release(trial)
-                    continue
-                taken += 1
-                if config.key in known:
-                    _tell(study, trial, known[config.key], replayed=True)
-                    heartbeat.release(trial)
-                    _emit(events, "trial", number=trial.number, config=config.key, replayed=True,
-                          median_us=getattr(known[config.key].outcome, "median_us", None), failure=None)
-                else:
-                    fresh[config.key].append(trial)
+                with storage_mod.budget_lock(study):
+                    snapshot = study.get_trials(deepcopy=False)
+                    running = [t for t in snapshot if t.state == TrialState.RUNNING]
+                    if sum(map(_counts, snapshot)) + len(running) >= trials:
+                        claimed = True
+                        break
+                    _learn(known, learned, snapshot)  # what other workers told meanwhile
+                    trial = study.ask(dists)
+                    asks += 1
+                    heartbeat.claim(trial)
+                    config = Space.config_from_params(trial.params)
+                    reason = invalid_reason(layer, config)
+                    if reason is None and config.key not in known and config.key not in fresh:
+                        elsewhere = _in_flight(running, config.key)
+                        if elsewhere is not None:
+                            reason = f"trial {elsewhere} of another run is evaluating this config"
+                    if reason is not None:
+                        _tell(study, trial, _invalid(config, reason, evaluator.source), rule_invalid=True)
+                        heartbeat.release(trial)
+                        continue
+                    taken += 1
+                    if config.key in known:
+                        _tell(study, trial, known[config.key], replayed=True)
+                        heartbeat.release(trial)
+                        _emit(events, "trial", number=trial.number, config=config.key, replayed=True,
+                              median_us=getattr(known[config.key].outcome, "median_us", None), failure=None)
+                    else:
+                        fresh[config.key].append(trial)
+            if claimed and not fresh:
+                break  # the rest of the budget is in flight, in this run or in another worker
             stalled = stalled + 1 if not fresh else 0
             if stalled >= 3 or taken == 0:
                 _emit(events, "exhausted", done=done)
@@ -209,7 +229,8 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
                     study.tell(trial, state=TrialState.FAIL)
                     heartbeat.release(trial)
     finished = [t for t in study.get_trials(deepcopy=False)
-                if t.state.is_finished() and not t.user_attrs.get("rule_invalid")]
+                if t.state.is_finished() and not t.user_attrs.get("rule_invalid")
+                and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted"]
     failures = collections.Counter(
         (t.user_attrs.get("failure") or {}).get("kind", "unknown") for t in finished if t.state == TrialState.FAIL)
     return SearchResult(study_name=study_name, layer=layer, best=_best(study), trials=len(finished),
@@ -249,10 +270,26 @@ def _upload_logs(store: Any, study: optuna.Study, trial: optuna.Trial, ev: Evalu
                 log.warning("could not store artifact %s of trial %d: %s", name, trial.number, exc)
 
 
+def _counts(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a finished trial used the budget: not a refused proposal, not a killed run's."""
+    return (trial.state.is_finished() and not trial.user_attrs.get("rule_invalid")
+            and (trial.user_attrs.get("failure") or {}).get("kind") != "interrupted")
+
+
 def _evaluated(study: optuna.Study) -> int:
-    """Finished trials that count toward the budget: all but rule-invalid proposals."""
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.state.is_finished() and not t.user_attrs.get("rule_invalid"))
+    """Finished trials that count toward the budget (see _counts)."""
+    return sum(map(_counts, study.get_trials(deepcopy=False)))
+
+
+def _in_flight(running: list[optuna.trial.FrozenTrial], key: str) -> int | None:
+    """The number of a running trial (of any process) that evaluates config `key`."""
+    for t in running:
+        try:
+            if Space.config_from_params(t.params).key == key:
+                return t.number
+        except (KeyError, ValueError):  # not sampled yet, or not a cutsearch trial
+            continue
+    return None
 
 
 def _invalid(config: Config, reason: str, source: str) -> Evaluation:
@@ -282,17 +319,28 @@ def _tell(study: optuna.Study, trial: optuna.Trial, ev: Evaluation, *, replayed:
         study.tell(trial, m.median_us)
     else:
         trial.set_user_attr("failure", ev.outcome.to_dict())
-        study.tell(trial, state=TrialState.FAIL)
+        # TPE ignores failed trials but ranks pruned ones last: rule-invalid proposals are told
+        # as pruned so the sampler learns to leave that region, and cost no budget.
+        study.tell(trial, state=TrialState.PRUNED if rule_invalid else TrialState.FAIL)
 
 
 def _known(study: optuna.Study) -> dict[str, Evaluation]:
     """Configs this study has already settled: never built or measured again."""
-    known = {}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-        ev = t.user_attrs.get("evaluation")
-        if ev is not None and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted":
-            known[Config.from_dict(ev["config"]).key] = Evaluation.from_dict(ev)
+    known: dict[str, Evaluation] = {}
+    _learn(known, set(), study.get_trials(deepcopy=False))
     return known
+
+
+def _learn(known: dict[str, Evaluation], learned: set[int], trials: list[optuna.trial.FrozenTrial]) -> None:
+    """Add the settled configs among `trials` (skipping trial ids in `learned`) to `known`."""
+    for t in trials:
+        if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or t._trial_id in learned:
+            continue
+        learned.add(t._trial_id)
+        ev = t.user_attrs.get("evaluation")
+        if ev is not None and not t.user_attrs.get("rule_invalid") \
+                and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted":
+            known[Config.from_dict(ev["config"]).key] = Evaluation.from_dict(ev)
 
 
 def _best(study: optuna.Study) -> TrialRecord | None:

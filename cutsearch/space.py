@@ -69,6 +69,7 @@ class Knobs:
     swizzle: int = 1
     splits: int = 1
     decomposition: int = 0  # 0 heuristic, 1 data-parallel, 2 split-K, 3 stream-K
+    reduction: int = 0      # 0 deterministic, 1 nondeterministic (split-K partials in any order)
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -145,15 +146,15 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return f"N={kp.pad_n} gives unaligned output rows: only the nosmem epilogue stores them (or pad)"
     if c.pad and kp.pad_k == layer.k and kp.pad_n == layer.n:
         return "padding is a no-op for this layer"
+    if c.kernel_schedule == "auto" and (layer.bias or layer.activation != "none"):
+        return "the fused bias/activation (epilogue visitor tree) needs an explicit TMA epilogue schedule"
     if c.epilogue_schedule == "nosmem" and (layer.bias or layer.activation != "none"):
         return "the fused bias/activation (epilogue visitor tree) needs the TMA epilogue"
     if c.epilogue_schedule == "nosmem" and kp.align_d == vec:
         return "the nosmem epilogue only serves unaligned output rows; the TMA epilogue is faster"
-    cluster_tiles_m = -(-kp.m // (c.tile_m * c.cluster_m))
-    cluster_tiles_n = -(-kp.n // (c.tile_n * c.cluster_n))
-    if c.cluster_m > 1 and cluster_tiles_m * c.cluster_m * c.tile_m >= 2 * kp.m + 2 * c.tile_m * c.cluster_m:
+    if -(-kp.m // c.tile_m) < c.cluster_m:
         return "cluster along M is larger than the problem"
-    if c.cluster_n > 1 and cluster_tiles_n * c.cluster_n * c.tile_n >= 2 * kp.n + 2 * c.tile_n * c.cluster_n:
+    if -(-kp.n // c.tile_n) < c.cluster_n:
         return "cluster along N is larger than the problem"
     return None
 
@@ -166,8 +167,8 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
         k_tiles = -(-kp.k // config.tile_k)
         grid = [Knobs(raster=r, swizzle=1, decomposition=3) for r in (1, 2)]
         grid += [Knobs(raster=r, swizzle=1, decomposition=1) for r in (1, 2)]
-        grid += [Knobs(raster=r, swizzle=1, splits=s, decomposition=2)
-                 for r in (1, 2) for s in (2, 3, 4, 8, 16) if s <= k_tiles]
+        grid += [Knobs(raster=r, swizzle=1, splits=s, decomposition=2, reduction=red)
+                 for r in (1, 2) for s in (2, 3, 4, 8, 16) if s <= k_tiles for red in (0, 1)]
     return grid
 
 

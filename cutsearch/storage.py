@@ -8,19 +8,26 @@ PostgreSQL (or any SQLAlchemy URL) serves workers on several hosts.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import logging
 import os
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from cutsearch.errors import UserError
 from cutsearch.outcome import FailureKind
+
+log = logging.getLogger(__name__)
 
 OWNER = "cutsearch:owner"
 HEARTBEAT = "cutsearch:heartbeat"
@@ -32,11 +39,12 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
     """An Optuna storage for `url`: an RDB URL, or a path to a journal file."""
     text = str(url)
     if "://" in text:
+        text = _with_driver(text)
         try:
             return RDBStorage(text, engine_kwargs={"pool_pre_ping": True})
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy and drivers raise many types
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"cannot open storage {_redact(text)}: {reason}") from None
+            raise UserError(f"cannot open storage {_redact(str(url))}: {reason}") from None
     path = Path(text)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,10 +54,97 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
     except OSError as exc:
         raise UserError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
     try:
+        _cut_torn_tail(path)
         return JournalStorage(JournalFileBackend(str(path)))
     except Exception as exc:  # noqa: BLE001 - a corrupt journal raises from deep inside Optuna
         raise UserError(f"study file {path} is corrupted or unreadable ({type(exc).__name__}: {exc}); "
                         "move it away to start afresh") from None
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Drop a last record that an append cut short (a full disk, a crash of the machine).
+
+    Optuna skips a last line without its newline when reading, but its next append would be
+    glued onto that line and leave the whole journal unreadable. The torn record was never
+    readable, so it is cut off, under Optuna's own journal lock so that no live append is cut.
+    A tail that does not even start like a record is not ours to cut: the file is reported.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        with open(path, "r+b") as f:
+            end = f.seek(0, os.SEEK_END)
+            start = end
+            while start > 0:  # back to the last newline, a block at a time
+                step = min(start, 1 << 16)
+                f.seek(start - step)
+                block = f.read(step)
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    start = start - step + newline + 1
+                    break
+                start -= step
+            f.seek(start)
+            if not f.read(2).startswith(b"{"):
+                raise ValueError(f"its last {end - start} bytes are not a journal record")
+            f.truncate(start)
+            log.warning("%s: cut off a torn last record (%d bytes)", path, end - start)
+    finally:
+        lock.release()
+
+
+def _with_driver(url: str) -> str:
+    """postgresql:// means psycopg 3 to SQLAlchemy 2.1; cutsearch's `postgres` extra installs psycopg2."""
+    import importlib.util
+
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
+            and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+@contextlib.contextmanager
+def budget_lock(study: optuna.Study) -> Iterator[None]:
+    """Hold off other processes on this study while this one counts its trials and asks one.
+
+    Workers that share a study count the trials told and in flight under this lock before each
+    ask, so together they stop exactly at the trial target. PostgreSQL gets a transaction-scoped
+    advisory lock; a journal file or SQLite database gets flock(2) on the file. Either is
+    released when its process dies. Other databases are not locked: there, workers asking at
+    the same moment may overshoot the target by one trial each.
+    """
+    storage = study._storage
+    path = None
+    if isinstance(storage, JournalStorage):
+        path = getattr(storage._backend, "_file_path", None)
+    elif isinstance(rdb := getattr(storage, "_backend", storage), RDBStorage):  # create_study wraps it in a cache
+        engine = rdb.engine
+        if engine.dialect.name == "postgresql":
+            from sqlalchemy import text
+
+            key = int.from_bytes(hashlib.sha256(f"cutsearch:{study.study_name}".encode()).digest()[:8], "big",
+                                 signed=True)
+            with engine.begin() as conn:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+                yield
+            return
+        if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+            path = engine.url.database
+    if path is None:
+        yield
+        return
+    with open(path, "rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _redact(url: str) -> str:

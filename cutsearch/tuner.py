@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import platform
 import sys
 from pathlib import Path
@@ -40,7 +41,10 @@ def make_evaluator(kind: str, *, layer: Layer, gpu: int = 0, jobs: int | None = 
     if kind == "replay":
         if recording is None:
             raise UserError("--evaluator replay needs --recording FILE (a recorded study)")
-        return ReplayEvaluator.load(recording, layer)
+        replay = ReplayEvaluator.load(recording, layer)
+        # Seconds each replayed config takes, so tests can kill a replayed search mid-run.
+        replay.delay_s = float(os.environ.get("CUTSEARCH_REPLAY_DELAY_S") or 0)
+        return replay
     if kind == "model":
         return ModelEvaluator()
     raise UserError(f"unknown evaluator {kind!r}: choose one of {', '.join(EVALUATORS)}")
@@ -76,12 +80,26 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
                         artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
         if result.best is not None and not ws.best_dir(name).exists():
             on_best(result.best, None)  # a resumed study whose best was found by an earlier run
-        persist.write_json(ws.result_json(name), summary(result, toolchain=toolchain,
-                                                         command=command or " ".join(sys.argv)))
+        command = command or " ".join(sys.argv)
+        runs = _record_run(store, name, result, command)
+        persist.write_json(ws.result_json(name), summary(result, toolchain=toolchain, command=command, runs=runs))
         return result
     finally:
         if own:
             ev.close()
+
+
+def _record_run(store, name: str, result: SearchResult, command: str) -> list[dict[str, Any]]:
+    """Append this run to the study's history, so a resume does not hide the first run's cost."""
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=store)
+    runs = list(study.user_attrs.get("runs", []))
+    runs.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "wall_s": round(result.wall_s, 2), "new_trials": result.new_trials,
+                 "new_compiles": result.new_compiles, "command": command})
+    study.set_user_attr("runs", runs)
+    return runs
 
 
 def study_layer(study: str, storage: str | None = None, workspace: Workspace | None = None) -> Layer:
@@ -129,7 +147,8 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, ev: Evaluator, 
     persist.write_dir(target, {"kernel.cu": entry / "kernel.cu", "kernel.so": entry / "kernel.so"}, meta)
 
 
-def summary(result: SearchResult, *, toolchain: Provenance | None = None, command: str = "") -> dict[str, Any]:
+def summary(result: SearchResult, *, toolchain: Provenance | None = None, command: str = "",
+            runs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The one-screen summary, as data: also written as studies/results/<study>.json."""
     best = result.best
     layer = result.layer
@@ -143,6 +162,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "best_us": best.median_us if best else None,
         "cublas_us": best.cublas_us if best else None,
         "speedup": best.speedup if best else None,
+        "mm_us": ((best.evaluation["measurement"].get("mm") or {}).get("median_us")) if best else None,
         "floor_us": layer.floor_us,
         "fraction_of_floor": layer.floor_us / best.median_us if best and best.median_us else None,
         "cublas_wins": bool(best and best.speedup is not None and best.speedup < 1.0),
@@ -152,6 +172,8 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "failures": result.failures,
         "wall_s": round(result.wall_s, 2),
         "command": command,
+        "runs": runs or [],
+        "study_wall_s": round(sum(r["wall_s"] for r in runs), 2) if runs else round(result.wall_s, 2),
         "best": None if best is None else {
             "trial": best.number, "config": best.config.to_dict(),
             "knobs": best.evaluation["measurement"]["knobs"],

@@ -47,12 +47,12 @@ __global__ void bias_act(T* y, const T* b, long long total, int n) {
 
 extern "C" {
 
-int cs_abi_version(void) { return 1; }
+int cs_abi_version(void) { return 2; }
 const char* cs_kernel_name(void) { return "cublas_fallback"; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
 size_t cs_workspace_size(const cs_layer*) { return 0; }
 
-int cs_create(cs_layer** out, int m, int n, int k, int, int, int device, int, int, int, int) {
+int cs_create(cs_layer** out, int m, int n, int k, int, int, int device, int, int, int, int, int) {
   *out = nullptr;
   if (cudaSetDevice(device) != cudaSuccess) return 1;
   cs_layer* h = new (std::nothrow) cs_layer();

@@ -24,6 +24,7 @@ extern "C" {
 #define CUTSEARCH_FC_SWIZZLE ${swizzle}
 #define CUTSEARCH_FC_SPLITS ${splits}
 #define CUTSEARCH_FC_DECOMPOSITION ${decomposition}
+#define CUTSEARCH_FC_REDUCTION ${reduction}
 
 typedef struct cs_layer cs_layer;
 
@@ -31,7 +32,7 @@ int cs_abi_version(void);
 const char* cs_kernel_name(void);
 /* Returns 0 on success. m may differ from CUTSEARCH_FC_M (correct, but not tuned for it). */
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
-              int raster, int swizzle, int splits, int decomposition);
+              int raster, int swizzle, int splits, int decomposition, int reduction);
 /* Bytes of device workspace the caller provides to cs_bind. */
 size_t cs_workspace_size(const cs_layer* layer);
 /* Prepares the kernel's arguments; cheap when the pointers are the same as last time. */

@@ -24,7 +24,7 @@ int main() {
 
   cs_layer* layer = nullptr;
   if (cs_create(&layer, m, n, k, pad_n, pad_k, /*device=*/0, CUTSEARCH_FC_RASTER, CUTSEARCH_FC_SWIZZLE,
-                CUTSEARCH_FC_SPLITS, CUTSEARCH_FC_DECOMPOSITION)) {
+                CUTSEARCH_FC_SPLITS, CUTSEARCH_FC_DECOMPOSITION, CUTSEARCH_FC_REDUCTION)) {
     std::fprintf(stderr, "cs_create failed\n");
     return 1;
   }

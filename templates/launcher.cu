@@ -25,7 +25,45 @@ ${includes}
 ${kernel_source}
 // --------------------------------------------------------------------------------------------
 
-namespace {
+// Per-call layout copies (a named namespace: nvcc's host stubs cannot name kernels in an
+// anonymous one). Padded rows are 16-byte aligned, unpadded ones may not be, so each thread
+// moves one 16-byte vector of the padded side and element-wise accesses on the other. The
+// padding columns are written as zeros, so the padded buffer needs no other init.
+namespace cutsearch_copy {
+
+template <class T>
+__global__ void pad_rows(T* __restrict__ dst, const T* __restrict__ src, int rows, int cols, int pad_cols) {
+  constexpr int V = 16 / sizeof(T);
+  long long vecs_per_row = pad_cols / V;
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= rows * vecs_per_row) return;
+  long long r = i / vecs_per_row;
+  int c0 = int(i % vecs_per_row) * V;
+  alignas(16) T v[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = c0 + j < cols ? src[r * cols + c0 + j] : T(0);
+  reinterpret_cast<uint4*>(dst + r * pad_cols)[c0 / V] = *reinterpret_cast<uint4*>(v);
+}
+
+template <class T>
+__global__ void unpad_rows(T* __restrict__ dst, const T* __restrict__ src, int rows, int cols, int pad_cols) {
+  constexpr int V = 16 / sizeof(T);
+  long long vecs_per_row = pad_cols / V;
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= rows * vecs_per_row) return;
+  long long r = i / vecs_per_row;
+  int c0 = int(i % vecs_per_row) * V;
+  alignas(16) T v[V];
+  *reinterpret_cast<uint4*>(v) = reinterpret_cast<const uint4*>(src + r * pad_cols)[c0 / V];
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (c0 + j < cols) dst[r * cols + c0 + j] = v[j];
+}
+
+}  // namespace cutsearch_copy
+
+// Named rather than anonymous for the same reason: the copy kernels are instantiated on these types.
+namespace cutsearch_impl {
 
 using GemmKernel = ${operation_name}_type;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
@@ -45,7 +83,7 @@ template <class T> struct has_raster<T, std::void_t<decltype(std::declval<T&>().
 
 // A template, so that the branch for the other scheduler is discarded rather than compiled.
 template <class S>
-void set_scheduler(S& s, int raster, int swizzle, int splits, int decomposition) {
+void set_scheduler(S& s, int raster, int swizzle, int splits, int decomposition, int reduction) {
   if constexpr (has_raster<S>::value) {
     using R = decltype(s.raster_order);
     s.raster_order = raster == 1 ? R::AlongM : raster == 2 ? R::AlongN : R::Heuristic;
@@ -57,12 +95,20 @@ void set_scheduler(S& s, int raster, int swizzle, int splits, int decomposition)
     s.decomposition_mode = decomposition == 1 ? D::DataParallel
                          : decomposition == 2 ? D::SplitK
                          : decomposition == 3 ? D::StreamK : D::Heuristic;
+    using Red = decltype(s.reduction_mode);
+    s.reduction_mode = reduction == 1 ? Red::Nondeterministic : Red::Deterministic;
   }
 }
 
-inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+inline unsigned blocks_for(long long rows, int pad_cols, int elem_bytes) {
+  return unsigned((rows * (pad_cols / (16 / elem_bytes)) + 255) / 256);
+}
 
-}  // namespace
+[[maybe_unused]] inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace cutsearch_impl
+
+using namespace cutsearch_impl;
 
 struct cs_layer {
   int m, n, k, pad_n, pad_k;
@@ -86,7 +132,7 @@ static int fail(cs_layer* h, const char* what, const char* detail) {
 
 extern "C" {
 
-int cs_abi_version(void) { return 1; }
+int cs_abi_version(void) { return 2; }
 const char* cs_kernel_name(void) { return "${operation_name}"; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
 size_t cs_workspace_size(const cs_layer* h) {
@@ -94,9 +140,10 @@ size_t cs_workspace_size(const cs_layer* h) {
 }
 
 // raster: 0 heuristic, 1 along M, 2 along N. decomposition: 0 heuristic, 1 data-parallel,
-// 2 split-K, 3 stream-K. Both ignored where the tile scheduler has no such knob.
+// 2 split-K, 3 stream-K. reduction: 0 deterministic, 1 nondeterministic (split partials
+// reduced in any order). Each is ignored where the tile scheduler has no such knob.
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
-              int raster, int swizzle, int splits, int decomposition) {
+              int raster, int swizzle, int splits, int decomposition, int reduction) {
   *out = nullptr;
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return 1;
@@ -106,7 +153,7 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   h->kk = pad_k;
   h->hw.device_id = device;
   h->hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
-  set_scheduler(h->scheduler, raster, swizzle, splits, decomposition);
+  set_scheduler(h->scheduler, raster, swizzle, splits, decomposition, reduction);
   // Sizes depend on the problem and scheduler only, so the workspace is known before binding.
   typename Gemm::Arguments probe = {cutlass::gemm::GemmUniversalMode::kGemm,
                                     {h->km, h->kn, h->kk, 1}, {}, {}, h->hw, h->scheduler};
@@ -127,10 +174,6 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
   const void* x_eff = h->x_pad_bytes ? static_cast<const void*>(x_pad) : x;
   void* y_eff = h->y_pad_bytes ? static_cast<void*>(y_pad) : y;
-  if (h->x_pad_bytes && !h->bound) {
-    // The padding columns stay zero for ever: only the first k columns are copied per call.
-    if (cudaMemset(x_pad, 0, h->x_pad_bytes) != cudaSuccess) return fail(h, "cudaMemset", "x padding");
-  }
   const void* a = CS_SWAP_AB ? w : x_eff;
   const void* b = CS_SWAP_AB ? x_eff : w;
   auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, 1));
@@ -167,10 +210,8 @@ int cs_run(cs_layer* h, void* stream) {
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
   if (h->x_pad_bytes) {
-    size_t e = sizeof(ElementA);
-    if (cudaMemcpy2DAsync(x_pad, h->pad_k * e, h->x, h->k * e, h->k * e, h->m,
-                          cudaMemcpyDeviceToDevice, s) != cudaSuccess)
-      return fail(h, "cudaMemcpy2DAsync", "x into padded buffer");
+    cutsearch_copy::pad_rows<<<blocks_for(h->m, h->pad_k, sizeof(ElementA)), 256, 0, s>>>(
+        reinterpret_cast<ElementA*>(x_pad), static_cast<const ElementA*>(h->x), h->m, h->k, h->pad_k);
   }
   if (h->kernel_ws) {
     cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
@@ -179,12 +220,10 @@ int cs_run(cs_layer* h, void* stream) {
   cutlass::Status st = h->gemm.run(s);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
   if (h->y_pad_bytes) {
-    size_t e = sizeof(ElementD);
     // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
     // which is the same bytes. Either way row i of y starts at i * pad_n.
-    if (cudaMemcpy2DAsync(h->y, h->n * e, y_pad, h->pad_n * e, h->n * e, h->m,
-                          cudaMemcpyDeviceToDevice, s) != cudaSuccess)
-      return fail(h, "cudaMemcpy2DAsync", "padded output into y");
+    cutsearch_copy::unpad_rows<<<blocks_for(h->m, h->pad_n, sizeof(ElementD)), 256, 0, s>>>(
+        static_cast<ElementD*>(h->y), reinterpret_cast<const ElementD*>(y_pad), h->m, h->n, h->pad_n);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(h, "launch", cudaGetErrorString(e));

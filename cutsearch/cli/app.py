@@ -53,11 +53,10 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(1)
-    except Exception as exc:  # noqa: BLE001 - click's usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - usage errors from click, or typer's vendored click
+        # Typer ships its own copy of click, so match the class by name along the MRO.
+        if any(c.__name__ == "ClickException" for c in type(exc).__mro__):
+            # One line, like a UserError, rather than click's usage block.
+            print(f"error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
+            sys.exit(getattr(exc, "exit_code", 2))
         raise
-

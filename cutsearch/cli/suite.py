@@ -1,0 +1,119 @@
+"""`cutsearch suite` (search many layers, one benchmark file) and `cutsearch build`
+(compile a layer's most promising kernels ahead, e.g. on a CPU machine)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cutsearch.cli.app import app, err, out, parse_duration
+from cutsearch.errors import UserError
+
+
+@app.command("suite")
+def suite_cmd(
+    suite_file: Path = typer.Argument(..., help="TOML file with one table per layer (see studies/suite.toml)."),
+    budget: Optional[str] = typer.Option(None, help="Total wall-clock budget, shared among the layers, e.g. 10m."),
+    trials: int = typer.Option(32, help="Evaluated trials per layer at most."),
+    only: Optional[str] = typer.Option(None, help="Comma-separated layer names to run (default: all)."),
+    gpu: int = typer.Option(0, help="GPU index to measure on."),
+    jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
+    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs)."),
+    evaluator: str = typer.Option("gpu", help="gpu, or model to plan without a GPU."),
+    studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
+) -> None:
+    """Search every layer of a suite and write studies/results/suite-<gpu>-<date>.json."""
+    from rich.table import Table
+
+    from cutsearch import tuner
+    from cutsearch.console import ProgressView
+    from cutsearch.evaluator import GpuEvaluator
+    from cutsearch.problem import load_layers
+    from cutsearch.suite import run_suite
+    from cutsearch.workspace import Workspace
+
+    layers = load_layers(suite_file)
+    if only:
+        wanted = [s.strip() for s in only.split(",") if s.strip()]
+        missing = [w for w in wanted if w not in layers]
+        if missing:
+            raise UserError(f"no layer named {', '.join(missing)} in {suite_file} (it has {', '.join(layers)})")
+        layers = {k: layers[k] for k in wanted}
+    ws = Workspace(studies_dir)
+    ws.writable()
+    command = "cutsearch " + shlex.join(sys.argv[1:])
+    ev = tuner.make_evaluator(evaluator, layer=next(iter(layers.values())), gpu=gpu, jobs=jobs)
+    try:
+        views: list[ProgressView] = []
+
+        def tune(layer, **kw):
+            with ProgressView(err, trials=kw["trials"]) as view:
+                views.append(view)
+                return tuner.tune(layer, evaluator=ev, batch=batch, events=view.event, **kw)
+
+        def gpu_name():
+            return ev.device().name if isinstance(ev, GpuEvaluator) else evaluator + "-evaluator"
+
+        path, body = run_suite(layers, tune=tune, budget_s=parse_duration(budget), trials=trials, workspace=ws,
+                               command=command, gpu_name=gpu_name,
+                               on_layer=lambda name, i, n: err.print(f"[bold]layer {i + 1}/{n}: {name}[/]"))
+    finally:
+        ev.close()
+    table = Table(title=f"suite on {body['gpu']}")
+    for col in ("layer", "dtype", "cuBLAS µs", "cutsearch µs", "speedup", "floor µs", "note"):
+        table.add_column(col)
+    for r in body["records"]:
+        table.add_row(r["name"], r["dtype"], _us(r["cublas_us"]), _us(r["cutsearch_us"]),
+                      "-" if r["speedup"] is None else f"{r['speedup']:.2f}x", _us(r["floor_us"]),
+                      "cuBLAS fallback" if r["fallback"] else "")
+    out.print(table)
+    gm = body["geomean_speedup"]
+    out.print(f"geometric mean speedup {gm:.2f}x" if gm else "no speedup measured")
+    out.print(f"wrote {path}")
+
+
+def _us(v):
+    return "-" if v is None else f"{v:.1f}"
+
+
+@app.command("build")
+def build_cmd(
+    suite_file: Path = typer.Argument(..., help="TOML file of layers (one or many)."),
+    top: int = typer.Option(8, help="Model-ranked configs to build per layer."),
+    jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
+) -> None:
+    """Compile each layer's most promising kernels into the cache, without a GPU."""
+    from cutsearch import codegen, model
+    from cutsearch.cache import Cache
+    from cutsearch.compiler import Compiler, Toolchain
+    from cutsearch.outcome import Failure
+    from cutsearch.problem import load_layers
+    from cutsearch.search import default_cache_dir
+    from cutsearch.space import Space
+
+    if top <= 0:
+        raise UserError(f"--top must be positive, got {top}")
+    compiler = Compiler(Cache(default_cache_dir()), Toolchain.find(codegen.cutlass_version()), jobs=jobs)
+    sources = {}
+    for name, layer in load_layers(suite_file).items():
+        for config in model.diverse_top(model.rank(layer, list(Space(layer))), top):
+            try:
+                src = codegen.render(layer, config)
+            except codegen.CodegenError as exc:
+                err.print(f"{name} {config.key}: {exc}")
+                continue
+            sources.setdefault(src.digest, (f"{name} {config.key}", src))
+    built = failed = cached = 0
+    for tag, result in compiler.compile_many(sources.values()):
+        if isinstance(result, Failure):
+            failed += 1
+            err.print(f"{tag}: {result.kind.value}: {result.message}")
+        else:
+            cached += result.cached
+            built += not result.cached
+            err.print(f"{tag}: {'cached' if result.cached else f'built in {result.compile_s:.0f} s'}")
+    out.print(f"{len(sources)} distinct kernels: {built} built, {cached} already cached, {failed} failed")

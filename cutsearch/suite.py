@@ -1,0 +1,72 @@
+"""A suite of layers searched one after another, summarised in one JSON benchmark file.
+
+Where no kernel beats cuBLAS, the record says so and counts the layer at 1.00x: the export of
+such a layer calls cuBLAS, so that is what an application would get.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from cutsearch import persist
+from cutsearch.problem import Layer
+from cutsearch.search import SearchResult
+from cutsearch.space import kernel_problem
+from cutsearch.workspace import Workspace
+
+
+def record(name: str, result: SearchResult) -> dict[str, Any]:
+    """One layer's line in the suite file."""
+    layer, best = result.layer, result.best
+    base = {"name": name, "M": layer.m, "N": layer.n, "K": layer.k, "dtype": layer.dtype, "bias": layer.bias,
+            "activation": layer.activation, "floor_us": layer.floor_us, "trials": result.trials,
+            "wall_s": round(result.wall_s, 1), "study": result.study_name, "source": result.source}
+    if best is None or best.speedup is None:
+        return {**base, "cublas_us": best.cublas_us if best else None, "cutsearch_us": best.cublas_us if best else None,
+                "speedup": 1.0 if best and best.cublas_us else None, "fallback": True, "kernel_us": None,
+                "config": None, "transforms": None, "note": "no correct kernel was measured"}
+    kp = kernel_problem(layer, best.config)
+    transforms = {"swap_ab": best.config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k,
+                  "knobs": best.evaluation["measurement"]["knobs"]}
+    if best.speedup < 1.0:
+        return {**base, "cublas_us": best.cublas_us, "cutsearch_us": best.cublas_us, "speedup": 1.0,
+                "fallback": True, "kernel_us": best.median_us, "config": best.config.to_dict(),
+                "transforms": transforms, "note": f"best kernel {best.speedup:.2f}x cuBLAS: the export calls cuBLAS"}
+    return {**base, "cublas_us": best.cublas_us, "cutsearch_us": best.median_us, "speedup": best.speedup,
+            "fallback": False, "kernel_us": best.median_us, "config": best.config.to_dict(), "transforms": transforms}
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def run_suite(layers: dict[str, Layer], *, tune: Callable[..., SearchResult], budget_s: float | None, trials: int,
+              workspace: Workspace, command: str, gpu_name: Callable[[], str | None],
+              on_layer: Callable[[str, int, int], None] | None = None, **tune_args: Any) -> tuple[Path, dict]:
+    """Search each layer in turn, sharing `budget_s` evenly among the layers still to go."""
+    start = time.monotonic()
+    records = []
+    for i, (name, layer) in enumerate(layers.items()):
+        if on_layer is not None:
+            on_layer(name, i, len(layers))
+        left = None if budget_s is None else max(1.0, (budget_s - (time.monotonic() - start)) / (len(layers) - i))
+        result = tune(layer, trials=trials, timeout_s=left, study=f"suite-{name}", workspace=workspace,
+                      command=command, **tune_args)
+        records.append(record(name, result))
+    gpu = gpu_name() or "unknown-gpu"
+    date = datetime.date.today().isoformat()
+    body = {"gpu": gpu, "date": date, "command": command, "budget_s": budget_s, "trials_per_layer": trials,
+            "wall_s": round(time.monotonic() - start, 1),
+            "geomean_speedup": geomean([r["speedup"] for r in records]),
+            "note": "speedup = cuBLAS (F.linear, same bias and activation) / cutsearch, cold L2, same process;"
+                    " fallback layers count 1.00x", "records": records}
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+    path = workspace.root / "results" / f"suite-{slug}-{date}.json"
+    persist.write_json(path, body)
+    return path, body

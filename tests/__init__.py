@@ -1,0 +1,1 @@
+"""The test suite: a package, so that `from tests import fakes` finds this one and no other."""

@@ -1,0 +1,50 @@
+"""`cutsearch search` from the shell: the happy path on the cost model, then a resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND = [sys.executable, "-m", "cutsearch", "search", "--m", "64", "--n", "64", "--k", "64",
+           "--evaluator", "model", "--trials", "5"]
+
+
+def cutsearch_search(cwd: Path) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "120"}  # one table layout wherever it runs
+    return subprocess.run(COMMAND, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_search_on_the_model_prints_the_summary_as_predictions_and_writes_results(tmp_path, private_dirs):
+    studies, cwd = private_dirs[0], tmp_path / "elsewhere"
+    cwd.mkdir()
+    run = cutsearch_search(cwd)
+    assert run.returncode == 0, run.stderr
+    results = json.loads((studies / "results" / "fc-64x64x64-f16.json").read_text())
+    assert results["trials"] == results["new_trials"] == 5
+    assert results["source"] == "predicted"
+    assert results["command"] == "cutsearch search --m 64 --n 64 --k 64 --evaluator model --trials 5"
+    assert "fc-64x64x64-f16: 64x64x64 f16" in run.stdout
+    assert f"best kernel       │ {results['best_us']:.1f} µs" in run.stdout
+    assert "5 (5 new, 0 compiled in this run)" in run.stdout
+    assert "model predictions, not measurements" in run.stdout
+    assert "every time below is a model prediction, not a measurement" in run.stderr
+    assert (studies / "fc-64x64x64-f16" / "journal.log").is_file()
+    assert list(cwd.iterdir()) == [], "the studies live where $CUTSEARCH_STUDIES says, not in the working directory"
+
+
+def test_search_run_again_resumes_with_nothing_new(tmp_path, private_dirs):
+    studies = private_dirs[0]
+    first = cutsearch_search(tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = json.loads((studies / "results" / "fc-64x64x64-f16.json").read_text())
+    again = cutsearch_search(tmp_path)
+    assert again.returncode == 0, again.stderr
+    after = json.loads((studies / "results" / "fc-64x64x64-f16.json").read_text())
+    assert "5 (0 new, 0 compiled in this run)" in again.stdout
+    assert (after["trials"], after["new_trials"]) == (5, 0)
+    assert after["best_us"] == before["best_us"] and after["best"]["trial"] == before["best"]["trial"]

@@ -1,0 +1,251 @@
+"""codegen.render: the CUTLASS kernel and launcher that one config on one layer compiles from.
+
+No compiler runs here: these tests read the emitted C++.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+import pytest
+
+from cutsearch.codegen import CodegenError, KernelSource, render
+from cutsearch.problem import Layer
+from cutsearch.space import Config, invalid_reason
+
+LAYER = Layer(m=256, n=1024, k=1024)
+
+
+@functools.cache
+def _render(layer: Layer, config: Config) -> KernelSource:
+    assert invalid_reason(layer, config) is None, "tests render configs the search would build"
+    return render(layer, config)
+
+
+def kernel_part(source: KernelSource) -> str:
+    """The part the CUTLASS interface emitted, without the launcher around it."""
+    start = source.code.index("// ---- kernel emitted by the CUTLASS Python interface")
+    end = source.code.index("// ----", start + 10)
+    return source.code[start:end]
+
+
+def _collective(source: KernelSource, name: str) -> str:
+    text = kernel_part(source)
+    start = text.index(f"using {name}")
+    return text[start:text.index(">::CollectiveOp", start)]
+
+
+def mainloop(source: KernelSource) -> str:
+    return _collective(source, "CollectiveMainloop")
+
+
+def epilogue(source: KernelSource) -> str:
+    return _collective(source, "CollectiveEpilogue")
+
+
+def operands(text: str) -> list[tuple[str, str, int]]:
+    """(element, layout or stride, alignment) of each operand a collective builder is given."""
+    return [(e, lay, int(a)) for e, lay, a in re.findall(r"^\s*([\w:]+), ([\w:]+), (\d+),\s*$", text, re.M)]
+
+
+HALF_A_B = [("cutlass::half_t", "cutlass::layout::RowMajor", 8), ("cutlass::half_t", "cutlass::layout::ColumnMajor", 8)]
+
+
+def macro(source: KernelSource, name: str) -> int:
+    return int(re.search(rf"#define {name} (\d+)", source.code)[1])
+
+
+def coop(**kw) -> Config:
+    base = dict(tile_m=128, tile_n=128, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma")
+    return Config(**{**base, **kw})
+
+
+def test_render_emits_the_cta_tile_and_cluster_of_the_config():
+    source = _render(LAYER, Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2))
+    main = mainloop(source)
+    assert "cute::Shape<cute::_128, cute::_256, cute::_64>" in main  # the CTA tile, not the cluster's
+    assert "cute::Shape<cute::_2,cute::_1,cute::_1>" in main
+    assert "cute::Shape<cute::_128, cute::_256, cute::_64>" in epilogue(source)
+    assert "_256x256x64_2x1x1_" in source.operation_name  # the interface names the cluster tile
+
+
+def test_cluster_along_n_divides_the_n_extent():
+    source = _render(LAYER, coop(tile_n=64, cluster_n=2))
+    assert "cute::Shape<cute::_128, cute::_64, cute::_64>" in mainloop(source)
+    assert "cute::Shape<cute::_1,cute::_2,cute::_1>" in mainloop(source)
+
+
+def test_launcher_wraps_the_emitted_kernel_type():
+    source = _render(LAYER, coop())
+    assert f"struct {source.operation_name}_type" in source.code
+    assert f"using GemmKernel = {source.operation_name}_type;" in source.code
+    assert f'return "{source.operation_name}";' in source.code  # cs_kernel_name
+    assert "${" not in source.code  # every template placeholder was substituted
+    for symbol in ("cs_create", "cs_bind", "cs_run", "cs_workspace_size", "cs_error", "cs_destroy"):
+        assert re.search(rf"\b{symbol}\(", source.code), symbol
+
+
+@pytest.mark.parametrize("layer, config, kernel, epi, scheduler", [
+    (LAYER, Config(tile_m=128, tile_n=128, tile_k=64), "cutlass::gemm::collective::KernelScheduleAuto",
+     "cutlass::epilogue::collective::EpilogueScheduleAuto", "PersistentScheduler"),
+    (LAYER, coop(kernel_schedule="pingpong"), "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
+     "cutlass::epilogue::TmaWarpSpecialized", "PersistentScheduler"),
+    (LAYER, coop(), "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+     "cutlass::epilogue::TmaWarpSpecializedCooperative", "PersistentScheduler"),
+    (LAYER, coop(tile_scheduler="streamk"), "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+     "cutlass::epilogue::TmaWarpSpecializedCooperative", "StreamKScheduler"),
+    (Layer(m=256, n=1001, k=1024), coop(kernel_schedule="pingpong", epilogue_schedule="nosmem"),
+     "cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::NoSmemWarpSpecialized",
+     "PersistentScheduler"),
+    (Layer(m=256, n=1001, k=1024), coop(epilogue_schedule="nosmem", tile_scheduler="streamk"),
+     "cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::NoSmemWarpSpecialized",
+     "StreamKScheduler"),
+], ids=["auto", "pingpong-tma", "cooperative-tma", "cooperative-streamk", "pingpong-nosmem",
+        "cooperative-nosmem-streamk"])
+def test_schedules_and_tile_scheduler_reach_the_kernel(layer, config, kernel, epi, scheduler):
+    source = _render(layer, config)
+    assert re.search(rf"{re.escape(kernel)}\s*$", mainloop(source), re.M)
+    # The exact tag: TmaWarpSpecialized must not match TmaWarpSpecializedCooperative.
+    assert re.search(rf"{re.escape(epi)}\s*$", epilogue(source), re.M)
+    assert f"cutlass::gemm::{scheduler}\n" in kernel_part(source)
+
+
+def test_explicit_stage_count_replaces_the_auto_carveout():
+    explicit = mainloop(_render(LAYER, coop(stages=4)))
+    auto = mainloop(_render(LAYER, coop(stages=0)))
+    assert re.search(r"^\s*_4,\s*$", explicit, re.M)
+    assert "StageCountAutoCarveout" not in explicit
+    assert "StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>" in auto
+
+
+def test_direct_layout_writes_row_major_y():
+    source = _render(LAYER, coop())
+    assert operands(epilogue(source)) == [("cutlass::half_t", "cutlass::layout::RowMajor", 8)] * 2  # C and D
+    assert operands(mainloop(source)) == HALF_A_B
+    assert macro(source, "CS_SWAP_AB") == 0
+
+
+def test_swapped_layout_writes_y_transposed_column_major():
+    source = _render(LAYER, coop(swap_ab=True))
+    assert operands(epilogue(source)) == [("cutlass::half_t", "cutlass::layout::ColumnMajor", 8)] * 2
+    # A and B stay K-major: W is A and x is B, both N|M x K row-major in memory.
+    assert operands(mainloop(source)) == HALF_A_B
+    assert macro(source, "CS_SWAP_AB") == 1
+
+
+def test_plain_layer_has_no_epilogue_visitor_tree():
+    source = _render(LAYER, coop())
+    assert "Sm90EVT" not in source.code and "Broadcast" not in source.code
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT")) == (0, 0)
+
+
+def test_bias_broadcasts_along_rows_of_y():
+    source = _render(dataclasses.replace(LAYER, bias=True), coop())
+    text = kernel_part(source)
+    assert "cutlass::epilogue::fusion::Sm90RowBroadcast<" in text and "Sm90ColBroadcast" not in text
+    assert "cute::Stride<cute::Int<0>, cute::Int<1>, cute::Int<0>>" in text  # one value per column n
+    assert "cutlass::plus" in text
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT")) == (1, 0)
+
+
+def test_bias_broadcasts_along_columns_of_y_transposed_when_swapped():
+    source = _render(dataclasses.replace(LAYER, bias=True), coop(swap_ab=True))
+    text = kernel_part(source)
+    assert "cutlass::epilogue::fusion::Sm90ColBroadcast<" in text and "Sm90RowBroadcast" not in text
+    assert "cute::Stride<cute::Int<1>, cute::Int<0>, cute::Int<0>>" in text  # one value per kernel row (= n)
+    assert "using StrideD = cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>;" in text  # column-major D
+    assert macro(source, "CS_HAS_BIAS") == 1
+
+
+@pytest.mark.parametrize("activation, functor", [("relu", "ReLu"), ("gelu", "GELU"), ("silu", "SiLu")])
+def test_activation_is_fused_in_the_epilogue(activation, functor):
+    source = _render(dataclasses.replace(LAYER, activation=activation), coop())
+    assert f"cutlass::epilogue::thread::{functor}, cutlass::half_t, float" in kernel_part(source)
+    assert "Broadcast" not in kernel_part(source)
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT")) == (0, 1)
+
+
+def test_bias_then_activation_on_bf16_layer_uses_bf16_everywhere():
+    layer = Layer(m=3000, n=1001, k=999, dtype="bf16", bias=True, activation="gelu")
+    source = _render(layer, coop(tile_n=64, kernel_schedule="pingpong", pad=True))
+    text = kernel_part(source)
+    assert "cutlass::half_t" not in text
+    assert re.search(r"Sm90RowBroadcast<\s*0 /\*Stages\*/, typename EpilogueDescriptor::TileShape, "
+                     r"cutlass::bfloat16_t, cutlass::bfloat16_t,", text)
+    assert "cutlass::epilogue::thread::GELU, cutlass::bfloat16_t, float" in text
+    # GELU applies to the sum: its EVT node takes the plus node as its child.
+    assert re.search(r"Sm90EVT<\s*Compute1,\s*EVTCompute0>", text)
+    assert operands(mainloop(source)) == [("cutlass::bfloat16_t", "cutlass::layout::RowMajor", 8),
+                                          ("cutlass::bfloat16_t", "cutlass::layout::ColumnMajor", 8)]
+    assert operands(epilogue(source)) == [("ElementC", "StrideC", 8), ("ElementD", "StrideD", 8)]
+    assert "using ElementD = cutlass::bfloat16_t;" in text
+    assert "_bf16_bf16_f32_bf16_bf16_" in source.operation_name
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT")) == (1, 1)
+
+
+def test_padded_layer_gets_full_16_byte_alignment():
+    odd = Layer(m=3000, n=1001, k=999, dtype="bf16")
+    source = _render(odd, coop(tile_n=64, kernel_schedule="pingpong", pad=True))
+    assert "_align8_" in source.operation_name
+    assert [a for _, _, a in operands(mainloop(source))] == [8, 8]
+    assert operands(epilogue(source)) == [("cutlass::bfloat16_t", "cutlass::layout::RowMajor", 8)] * 2
+
+
+def test_unaligned_output_gets_the_alignment_its_rows_allow():
+    # N = 1002: 4-byte rows of y, which only the nosmem epilogue stores; K stays 16-byte aligned.
+    source = _render(Layer(m=256, n=1002, k=1024), coop(kernel_schedule="pingpong", epilogue_schedule="nosmem"))
+    assert "_align8_" in source.operation_name
+    assert operands(mainloop(source)) == HALF_A_B
+    assert operands(epilogue(source)) == [("cutlass::half_t", "cutlass::layout::RowMajor", 2)] * 2
+
+
+@pytest.mark.parametrize("epi", [{}, {"bias": True}, {"activation": "silu"}, {"bias": True, "activation": "gelu"}],
+                         ids=["plain", "bias", "silu", "bias-gelu"])
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
+def test_same_config_on_layers_of_equal_alignment_gives_identical_source(epi, swap_ab):
+    """The cache keys on the source, so this is what lets layers share built kernels."""
+    config = coop(cluster_m=2, swap_ab=swap_ab)
+    small = _render(Layer(m=256, n=1024, k=1024, **epi), config)
+    large = _render(Layer(m=4096, n=5000, k=4096, **epi), config)
+    assert small.code == large.code
+    assert small.digest == large.digest
+
+
+@pytest.mark.parametrize("epi", [{"bias": True}, {"activation": "relu"}], ids=["bias", "relu"])
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
+def test_batch_of_one_gets_the_same_kernel_as_larger_batches(epi, swap_ab):
+    config = coop(kernel_schedule="pingpong", tile_n=64, swap_ab=swap_ab)
+    one = _render(Layer(m=1, n=1024, k=1024, **epi), config)
+    assert "int64_t" in re.search(r"using StrideD = (.*);", one.code)[1]  # y's leading dimension is dynamic
+    assert one.code == _render(Layer(m=256, n=1024, k=1024, **epi), config).code
+
+
+def test_batch_of_one_without_epilogue_shares_the_kernel():
+    config = coop(kernel_schedule="pingpong", tile_n=64)
+    assert _render(Layer(m=1, n=1024, k=1024), config).code == _render(Layer(m=256, n=1024, k=1024), config).code
+
+
+def test_output_alignment_decides_whether_unaligned_layers_share_a_kernel():
+    config = coop(kernel_schedule="pingpong", epilogue_schedule="nosmem")
+    n1001, n1003, n1002 = (_render(Layer(m=256, n=n, k=1024), config) for n in (1001, 1003, 1002))
+    assert n1001.code == n1003.code  # both 2-byte rows: alignment 1
+    assert n1001.digest != n1002.digest  # 4-byte rows: alignment 2
+
+
+def test_different_epilogues_get_different_kernels():
+    config = coop()
+    digests = {_render(dataclasses.replace(LAYER, **epi), config).digest
+               for epi in ({}, {"bias": True}, {"activation": "relu"}, {"activation": "gelu"})}
+    assert len(digests) == 4
+
+
+def test_stream_k_with_pingpong_is_refused_by_the_interface():
+    with pytest.raises(CodegenError, match="Stream-K"):
+        render(LAYER, coop(kernel_schedule="pingpong", tile_scheduler="streamk"))
+
+
+def test_unknown_schedule_pair_raises_codegen_error():
+    with pytest.raises(CodegenError, match="no such schedule"):
+        render(LAYER, coop(kernel_schedule="pingpong", epilogue_schedule="auto"))

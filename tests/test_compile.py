@@ -1,0 +1,192 @@
+"""Compiler + Cache: one real nvcc build of a CUTLASS kernel, then everything it must reuse.
+
+Only one CUTLASS kernel is compiled in this file (about a minute on two cores): the
+module-scoped `built` fixture shares it. The cache key and ptxas parsing are also checked
+without nvcc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import subprocess
+
+import pytest
+
+from cutsearch import loader
+from cutsearch.cache import MANIFEST, Cache
+from cutsearch.codegen import KernelSource, cutlass_version, render
+from cutsearch.compiler import LIBRARY, LOG, SOURCE, CompiledKernel, Compiler, PtxasReport, Toolchain
+from cutsearch.outcome import Failure, FailureKind
+from cutsearch.problem import Layer
+from cutsearch.space import Config, invalid_reason
+
+LAYER = Layer(m=16, n=64, k=64)
+CONFIG = Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="tma")
+BROKEN = KernelSource(operation_name="broken", code="this is not C++;\nint main( {\n", cutlass_version="4.2.0")
+ABI = ("cs_create", "cs_bind", "cs_run", "cs_workspace_size", "cs_error", "cs_destroy", "cs_abi_version",
+       "cs_kernel_name")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(compiler, source, result) of the one real CUTLASS compile."""
+    assert invalid_reason(LAYER, CONFIG) is None
+    toolchain = Toolchain.find(cutlass_version())
+    compiler = Compiler(Cache(tmp_path_factory.mktemp("kernels")), toolchain, jobs=1)
+    source = render(LAYER, CONFIG)
+    return compiler, source, compiler.compile(source)
+
+
+@pytest.fixture(scope="module")
+def broken(built):
+    """The result of compiling a source that is not C++ (nvcc fails fast), in the same cache."""
+    compiler = built[0]
+    return compiler.compile(BROKEN)
+
+
+@pytest.fixture
+def no_nvcc(monkeypatch):
+    """Make any nvcc run fail the test: what follows must come from the cache."""
+    calls = []
+
+    def refuse(cmd, *args, **kwargs):
+        calls.append(cmd)
+        raise AssertionError(f"nvcc ran on a cache hit: {cmd}")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    return calls
+
+
+@pytest.mark.nvcc
+def test_real_compile_builds_a_library_with_a_clean_ptxas_report(built):
+    compiler, source, result = built
+    assert isinstance(result, CompiledKernel), result
+    assert result.cached is False
+    assert result.library.is_file() and result.library.name == LIBRARY
+    assert result.source.read_text() == source.code
+    assert result.compile_s > 0
+    assert "ptxas info" in result.log
+    assert result.ptxas.registers is not None and result.ptxas.registers > 0
+    assert result.ptxas.spill_bytes == 0
+    assert result.ptxas.serialized_wgmma is False and "C7510" not in result.log
+    assert result.ptxas.defect is None
+
+
+@pytest.mark.nvcc
+def test_library_exports_the_c_abi(built):
+    compiler, source, result = built
+    # cudart is linked statically and loads the driver lazily: the library loads without a GPU.
+    lib = ctypes.CDLL(str(result.library))
+    for symbol in ABI:
+        assert hasattr(lib, symbol), symbol
+    lib.cs_kernel_name.restype = ctypes.c_char_p
+    assert lib.cs_abi_version() == loader.ABI_VERSION  # the version loaders and exports accept
+    assert lib.cs_kernel_name().decode() == source.operation_name
+
+
+@pytest.mark.nvcc
+def test_manifest_records_the_toolchain_the_key_covers(built):
+    compiler, source, result = built
+    tc = compiler.toolchain
+    assert result.key == tc.key(source)
+    entry = compiler.cache.get(result.key)
+    assert entry == result.library.parent
+    manifest = json.loads((entry / MANIFEST).read_text())
+    assert manifest["ok"] is True
+    assert manifest["operation"] == source.operation_name
+    assert (manifest["nvcc"], manifest["cutlass"], manifest["arch"]) == (tc.nvcc_version, tc.cutlass_version, "sm_90a")
+    assert manifest["flags"] == list(tc.flags)
+    assert (entry / LOG).read_text() == result.log
+    assert not list(compiler.cache.root.glob(".build-*")), "the staging directory was renamed into place"
+
+
+@pytest.mark.nvcc
+def test_second_compile_is_a_cache_hit_without_nvcc(built, no_nvcc):
+    compiler, source, first = built
+    again = Compiler(Cache(compiler.cache.root), compiler.toolchain, jobs=1)  # a later process
+    hit = again.compile(source)
+    assert isinstance(hit, CompiledKernel)
+    assert hit.cached is True
+    assert (hit.key, hit.library, hit.ptxas) == (first.key, first.library, first.ptxas)
+    assert again.lookup(source) == hit
+    assert no_nvcc == []
+
+
+@pytest.mark.nvcc
+def test_compile_error_is_recorded_with_its_log_and_never_rebuilt(built, broken, no_nvcc):
+    compiler, failed = built[0], broken
+    assert isinstance(failed, Failure)
+    assert failed.kind is FailureKind.COMPILE_ERROR
+    assert "error" in failed.message
+    assert "kernel.cu" in failed.log and "error" in failed.log
+    entry = compiler.cache.get(compiler.toolchain.key(BROKEN))
+    assert entry is not None, "the failure is cached like a success"
+    assert json.loads((entry / MANIFEST).read_text())["ok"] is False
+    assert not (entry / LIBRARY).exists()
+    assert (entry / SOURCE).read_text() == BROKEN.code
+    assert compiler.compile(BROKEN) == failed  # from the cache: no_nvcc fails any nvcc run
+    assert compiler.lookup(BROKEN) == failed
+
+
+@pytest.mark.nvcc
+def test_compile_many_yields_each_tag_with_its_result(built, broken, no_nvcc):
+    compiler, source, first = built
+    results = dict(compiler.compile_many([("good", source), ("bad", BROKEN)]))
+    assert set(results) == {"good", "bad"}
+    assert isinstance(results["good"], CompiledKernel) and results["good"].key == first.key
+    assert isinstance(results["bad"], Failure) and results["bad"].kind is FailureKind.COMPILE_ERROR
+
+
+# --- without nvcc ---------------------------------------------------------------------------
+
+TOOLCHAIN = Toolchain(nvcc="nvcc", nvcc_version="13.0", cutlass_version="4.2.0")
+SOURCE_A = KernelSource(operation_name="k", code="// kernel A\n", cutlass_version="4.2.0")
+
+
+@pytest.mark.parametrize("change", [
+    {"flags": (*TOOLCHAIN.flags, "-lineinfo")},
+    {"flags": tuple(f for f in TOOLCHAIN.flags if f != "-O3")},
+    {"nvcc_version": "12.8"},
+    {"cutlass_version": "4.1.0"},
+    {"arch": "sm_100a"},
+], ids=["extra-flag", "dropped-flag", "nvcc", "cutlass", "arch"])
+def test_cache_key_changes_with_everything_that_changes_the_binary(change):
+    assert dataclasses.replace(TOOLCHAIN, **change).key(SOURCE_A) != TOOLCHAIN.key(SOURCE_A)
+
+
+def test_cache_key_changes_with_the_source_and_only_with_it():
+    assert TOOLCHAIN.key(SOURCE_A) == TOOLCHAIN.key(dataclasses.replace(SOURCE_A, operation_name="renamed"))
+    assert TOOLCHAIN.key(SOURCE_A) != TOOLCHAIN.key(dataclasses.replace(SOURCE_A, code="// kernel B\n"))
+    assert TOOLCHAIN.key(SOURCE_A) == dataclasses.replace(TOOLCHAIN, nvcc="/elsewhere/nvcc").key(SOURCE_A)
+
+
+PTXAS_CLEAN = """ptxas info    : Compiling entry function '_ZN7cutlass13device_kernelI' for 'sm_90a'
+ptxas info    : Function properties for _ZN7cutlass13device_kernelI
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 2 barriers
+"""
+PTXAS_BAD = """ptxas info    : Function properties for _ZN7cutlass13device_kernelI
+    24 bytes stack frame, 16 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers
+ptxas /tmp/x.ptx, line 9; warning : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized
+"""
+
+
+def test_ptxas_report_reads_registers_spills_and_stack():
+    clean = PtxasReport.parse(PTXAS_CLEAN)
+    assert (clean.registers, clean.spill_bytes, clean.stack_bytes, clean.serialized_wgmma) == (168, 0, 0, False)
+    assert clean.defect is None
+    bad = PtxasReport.parse(PTXAS_BAD)
+    assert (bad.registers, bad.spill_bytes, bad.stack_bytes) == (255, 24, 24)
+
+
+def test_serialized_wgmma_is_a_defect_even_with_spills():
+    assert "C7510" in PtxasReport.parse(PTXAS_BAD).defect
+    spills_only = PtxasReport.parse(PTXAS_BAD.replace("(C7510)", ""))
+    assert spills_only.defect == "ptxas spilled 24 bytes of registers"
+
+
+def test_no_ptxas_output_means_unknown_registers():
+    assert PtxasReport.parse("").registers is None

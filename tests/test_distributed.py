@@ -1,0 +1,111 @@
+"""Many workers, one study: `cutsearch worker` processes share a storage and stop exactly.
+
+What "exact" means: each worker counts, under the study's budget lock (a PostgreSQL advisory
+lock, or flock on a journal file), the trials told plus the trials in flight in every process
+before each ask, so together they stop at the target however the batches interleave. Counted
+trials are finished ones other than proposals refused by a space rule (or because another
+worker was evaluating the same config) and trials reaped from killed runs.
+
+What "no duplicates" means: a config is evaluated by one worker only. The sampler may propose a
+config again; if its result is known, the trial replays it (marked `replayed_from_study` in its
+evaluation) and nothing is measured again; if another worker is still evaluating it, the
+proposal is refused and costs no budget.
+
+The PostgreSQL case needs $CUTSEARCH_TEST_POSTGRES (an SQLAlchemy URL; .ci/run starts a server
+on loopback); the journal-file case runs everywhere.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from cutsearch.storage import OWNER, open_storage
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = 16
+LAYER = ["--m", "512", "--n", "1024", "--k", "1024"]
+
+
+def cutsearch(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cutsearch", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc: subprocess.Popen) -> str:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    return out
+
+
+@pytest.fixture(params=["journal", pytest.param("postgres", marks=pytest.mark.postgres)])
+def storage(request, tmp_path):
+    """(storage URL for the CLI or None for the default journal, URL to open it here)."""
+    if request.param == "journal":
+        yield None
+        return
+    url = os.environ.get("CUTSEARCH_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set CUTSEARCH_TEST_POSTGRES to a PostgreSQL URL (.ci/run does)")
+    yield url
+
+
+def counts(trial: optuna.trial.FrozenTrial) -> bool:
+    return (trial.state.is_finished() and not trial.user_attrs.get("rule_invalid")
+            and (trial.user_attrs.get("failure") or {}).get("kind") != "interrupted")
+
+
+def test_two_workers_reach_the_target_exactly_without_evaluating_a_config_twice(storage, tmp_path):
+    study = f"dist-{uuid.uuid4().hex[:10]}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    where = ["--storage", storage] if storage else []
+    # The study, with its layer, from one search; the workers read the layer from it.
+    finish(cutsearch("search", *LAYER, "--evaluator", "model", "--trials", "1", "--study", study, *where,
+                     env=env))
+    workers = [cutsearch("worker", "--study", study, *where, "--evaluator", "model", "--trials", str(TARGET),
+                         "--batch", "2", env=env) for _ in range(2)]
+    for w in workers:
+        finish(w)
+
+    url = storage or str(Path(env["CUTSEARCH_STUDIES"]) / study / "journal.log")
+    store = open_storage(url)
+    try:
+        trials = optuna.load_study(study_name=study, storage=store).get_trials(deepcopy=False)
+        counted = [t for t in trials if counts(t)]
+
+        assert len(counted) == TARGET
+        assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+        # Both workers took part (each started well before the other could finish alone).
+        by_pid = collections.Counter(t.system_attrs.get(OWNER, "").rpartition(":")[2] for t in counted)
+        assert all(by_pid[str(w.pid)] > 0 for w in workers), by_pid
+        # No result lost: every counted trial holds its evaluation, and a completed one its value.
+        for t in counted:
+            ev = t.user_attrs["evaluation"]
+            if t.state == TrialState.COMPLETE:
+                assert t.value == ev["measurement"]["timing"]["median_us"]
+            else:
+                assert t.state == TrialState.FAIL and ev.get("failure")
+        # No config evaluated twice: repeats are replays, or one batch's copies of one proposal.
+        evaluated_by = collections.defaultdict(set)
+        for t in counted:
+            if not t.user_attrs["evaluation"].get("replayed_from_study"):
+                evaluated_by[t.user_attrs["config"]].add(t.system_attrs.get(OWNER))
+        assert all(len(who) == 1 for who in evaluated_by.values()), evaluated_by
+
+        # A worker that joins a finished study adds nothing.
+        finish(cutsearch("worker", "--study", study, *where, "--evaluator", "model", "--trials", str(TARGET),
+                         env=env))
+        again = optuna.load_study(study_name=study, storage=store).get_trials(deepcopy=False)
+        assert sum(map(counts, again)) == TARGET
+    finally:
+        if storage:
+            optuna.delete_study(study_name=study, storage=store)

@@ -1,0 +1,220 @@
+"""Recordings and the replayed strategy benchmark.
+
+The recorded tests replay the first H200 smoke run (studies/recorded/h200-smoke): every time
+in them was measured on an H200 earlier. The strategy-logic tests use a small synthetic table
+built from the cost model, never labelled as a recording.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from cutsearch import efficiency, model
+from cutsearch.cli import app
+from cutsearch.efficiency import CostModel, Recording, record_study, replay_strategy, simulate_batch
+from cutsearch.errors import UserError
+from cutsearch.evaluator import Evaluation, ModelEvaluator, ReplayEvaluator
+from cutsearch.outcome import Failure, FailureKind, Measurement, Timing
+from cutsearch.problem import Layer
+from cutsearch.space import Knobs, Space
+from cutsearch.storage import open_storage
+
+SMOKE = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-smoke"
+SMOKE_STUDIES = ["fc-4096x5000x1024-f16", "fc-16x4096x4096-f16", "fc-3000x1001x999-bf16-bias-gelu"]
+
+
+def smoke(name: str) -> Recording:
+    return Recording.load(SMOKE / f"{name}.json")
+
+
+def synthetic(count: int = 24, *, noise: bool = True) -> Recording:
+    """Model predictions dressed as outcomes, to test strategy logic only (not a recording)."""
+    layer = Layer(m=4096, n=5000, k=1024)
+    configs = list(Space(layer))[::97][:count]
+    evals = []
+    for i, ev in enumerate(ModelEvaluator().evaluate(layer, configs)):
+        t = ev.outcome.median_us * ((1.0 + 0.07 * ((i * 7) % 5 - 2)) if noise else 1.0)
+        outcome = dataclasses.replace(ev.outcome, timing=Timing(median_us=t, p20_us=t, p80_us=t, reps=30))
+        evals.append(dataclasses.replace(ev, outcome=outcome, compile_s=30.0 + i % 7))
+    return Recording(layer=layer, evaluations=tuple(evals), meta={"synthetic": True})
+
+
+# --------------------------------------------------------------------------- recordings (recorded data)
+
+def test_smoke_recordings_load_as_recorded_h200_data():
+    for name in SMOKE_STUDIES:
+        rec = smoke(name)
+        assert rec.meta["gpu"] == "NVIDIA H200"
+        assert rec.evaluations and {e.source for e in rec.evaluations} == {"recorded"}
+        assert rec.best() is None or isinstance(rec.best().outcome, Measurement)
+
+
+@pytest.mark.parametrize("name", SMOKE_STUDIES)
+def test_record_rebuilds_the_committed_recording_from_its_study(name, tmp_path):
+    journal = tmp_path / "journal.log"
+    shutil.copyfile(SMOKE / "journals" / f"{name}.log", journal)
+    summary = record_study(name, storage=str(journal), out=tmp_path / "rec.json", command="cutsearch record")
+    written = json.loads((tmp_path / "rec.json").read_text())
+    committed = json.loads((SMOKE / f"{name}.json").read_text())
+    assert written["recorded"] is True and written["date"] == "2026-11-30" and written["recorded_by"]
+
+    def strip(evals):
+        return [{k: v for k, v in e.items() if k != "source"} for e in evals]
+
+    assert strip(written["evaluations"]) == strip(committed["evaluations"])
+    assert summary.evaluations == len(committed["evaluations"])
+    assert {e.source for e in ReplayEvaluator.load(tmp_path / "rec.json").recording.values()} == {"recorded"}
+
+
+def test_record_skips_rule_invalid_proposals(tmp_path):
+    journal = tmp_path / "journal.log"
+    shutil.copyfile(SMOKE / "journals" / "fc-16x4096x4096-f16.log", journal)
+    summary = record_study("fc-16x4096x4096-f16", storage=str(journal), out=tmp_path / "rec.json")
+    assert summary.skipped.get("rule_invalid", 0) > 0
+    assert summary.evaluations == summary.measured == 4
+
+
+def test_record_skips_interrupted_trials(tmp_path):
+    name = "fc-4096x5000x1024-f16"
+    journal = tmp_path / "journal.log"
+    shutil.copyfile(SMOKE / "journals" / f"{name}.log", journal)
+    study = optuna.load_study(study_name=name, storage=open_storage(journal))
+    trial = study.ask()  # the next enqueued config, failed as reap_stale fails a killed run's trial
+    trial.set_user_attr("failure", {"kind": "interrupted", "message": "killed", "log": ""})
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    summary = record_study(name, storage=str(journal), out=tmp_path / "rec.json")
+    assert summary.skipped["interrupted"] == 1
+    assert summary.evaluations == 4
+
+
+def test_record_refuses_a_study_of_predictions(tmp_path):
+    from cutsearch.search import search
+
+    layer = Layer(m=256, n=256, k=256)
+    journal = tmp_path / "journal.log"
+    search(layer, evaluator=ModelEvaluator(), storage=open_storage(journal), study_name="predicted", trials=2,
+           batch=2, sampler="model")
+    with pytest.raises(UserError, match="no measured evaluation"):
+        record_study("predicted", storage=str(journal), out=tmp_path / "rec.json")
+    assert not (tmp_path / "rec.json").exists()
+
+
+def test_record_command_writes_a_recording(tmp_path):
+    name = "fc-4096x5000x1024-f16"
+    studies = tmp_path / "studies"
+    (studies / name).mkdir(parents=True)
+    shutil.copyfile(SMOKE / "journals" / f"{name}.log", studies / name / "journal.log")
+    result = CliRunner().invoke(app, ["record", name, "--out", str(tmp_path / "rec.json"),
+                                      "--studies-dir", str(studies)])
+    assert result.exit_code == 0, result.output
+    assert "recorded 4 evaluations" in result.output
+    assert len(json.loads((tmp_path / "rec.json").read_text())["evaluations"]) == 4
+
+
+# --------------------------------------------------------------------------- wall-time model
+
+def _ev(key_index: int, compile_s: float | None, outcome) -> Evaluation:
+    layer = Layer(m=4096, n=5000, k=1024)
+    config = list(Space(layer))[key_index]
+    return Evaluation(config=config, outcome=outcome, source="recorded", compile_s=compile_s)
+
+
+def test_batches_compile_in_parallel_and_measure_one_at_a_time():
+    ok = Measurement(timing=Timing(median_us=10, p20_us=10, p80_us=10, reps=30), knobs=Knobs(), rel_error=0)
+    evals = [_ev(0, 10.0, ok), _ev(1, 10.0, ok), _ev(2, 10.0, ok)]
+    cost = CostModel(jobs=2, render_s=0.0, measure_fixed_s=1.0, reps=0)
+    known, end = simulate_batch(0.0, evals, cost, fallback_compile_s=30.0)
+    assert [round(t, 6) for t, _ in known] == [11.0, 12.0, 21.0]
+    assert end == pytest.approx(21.0)
+
+
+def test_a_failed_build_costs_compile_time_but_no_gpu_time():
+    failed = Failure(kind=FailureKind.COMPILE_ERROR, message="error")
+    cost = CostModel(jobs=4, render_s=1.0, measure_fixed_s=5.0)
+    known, end = simulate_batch(100.0, [_ev(0, None, failed)], cost, fallback_compile_s=30.0)
+    assert end == pytest.approx(100.0 + 1.0 + 30.0)
+
+
+# --------------------------------------------------------------------------- strategies
+
+def test_rule_invalid_recorded_configs_are_left_out_of_the_space():
+    kept, dropped = efficiency.candidates_of(smoke("fc-16x4096x4096-f16"))
+    assert dropped == 3 and len(kept) == 1
+
+
+@pytest.mark.parametrize("strategy", efficiency.STRATEGIES)
+@pytest.mark.parametrize("name", SMOKE_STUDIES)
+def test_every_strategy_reaches_the_recorded_best(strategy, name):
+    rec = smoke(name)
+    kept, _ = efficiency.candidates_of(rec)
+    run = replay_strategy(rec, strategy, seed=1, batch=1)
+    assert 1 <= run.trials <= len(kept)
+    assert run.wall_s > 0
+    best = min(e.outcome.median_us for e in kept if isinstance(e.outcome, Measurement))
+    assert run.best_us <= best * 1.02
+
+
+@pytest.mark.parametrize("strategy", efficiency.STRATEGIES)
+def test_strategies_evaluate_only_recorded_configs_each_once(strategy):
+    rec = synthetic()
+    run = replay_strategy(rec, strategy, seed=3, batch=4, tolerance=0.0)
+    assert len(run.order) == len(set(run.order))
+    assert set(run.order) <= {e.config.key for e in rec.evaluations}
+    assert run.order[run.trials - 1] == rec.best().config.key  # tolerance 0: only the best counts
+
+
+def test_the_model_strategy_finds_first_what_the_model_ranks_first():
+    rec = synthetic(noise=False)
+    run = replay_strategy(rec, "model", batch=1)
+    assert run.trials == 1
+    assert run.order[0] == model.rank(rec.layer, [e.config for e in rec.evaluations])[0][1].key
+
+
+def test_warm_start_evaluates_the_models_diverse_top_first():
+    rec = synthetic()
+    configs = [e.config for e in rec.evaluations]
+    top = {c.key for c in model.diverse_top(model.rank(rec.layer, configs), 4)}
+    run = replay_strategy(rec, "tpe+warm", seed=0, batch=4, warm=4, tolerance=0.0)
+    assert set(run.order[:4]) == top  # the first batch is the warm start, whatever it finds
+
+
+def test_replays_are_reproducible_per_seed():
+    rec = synthetic()
+    a = replay_strategy(rec, "tpe", seed=5, batch=4)
+    b = replay_strategy(rec, "tpe", seed=5, batch=4)
+    assert (a.trials, a.order) == (b.trials, b.order)
+
+
+def test_benchmark_labels_every_figure_as_replayed(tmp_path):
+    recs = [smoke(name) for name in SMOKE_STUDIES]
+    report = efficiency.benchmark(recs, repeats=2, batch=2)
+    assert report["recorded"] is True and report["source"] == "recorded"
+    assert "Replayed from recorded H200 measurements" in report["markdown"]
+    for entry in report["recordings"]:
+        assert set(entry["strategies"]) == set(efficiency.STRATEGIES)
+        assert entry["strategies"]["model"]["seeds"] == [0]
+        assert all(s["trials_mean"] >= 1 for s in entry["strategies"].values())
+    path = efficiency.write_report(report, tmp_path / "efficiency.json")
+    assert json.loads(path.read_text())["markdown"] == report["markdown"]
+
+
+def test_efficiency_command_writes_json_and_markdown(tmp_path):
+    result = CliRunner().invoke(app, ["efficiency", *(str(SMOKE / f"{n}.json") for n in SMOKE_STUDIES),
+                                      "--repeats", "2", "--out", str(tmp_path / "eff.json"),
+                                      "--markdown", str(tmp_path / "eff.md")])
+    assert result.exit_code == 0, result.output
+    assert "| recording |" in result.output
+    assert (tmp_path / "eff.md").read_text().startswith("Replayed from recorded H200 measurements")
+    assert json.loads((tmp_path / "eff.json").read_text())["recorded"] is True
+
+
+def test_an_unknown_strategy_is_a_user_error():
+    with pytest.raises(UserError, match="unknown strategy"):
+        efficiency.benchmark([smoke(SMOKE_STUDIES[0])], strategies=["annealing"])

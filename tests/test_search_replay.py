@@ -1,0 +1,368 @@
+"""The search loop on recorded H200 evaluations: no GPU, no compiler, real numbers.
+
+The recordings in studies/recorded/h200-smoke were measured on one H200; replaying them
+measures nothing. Each test narrows the space to the configs recorded for its layer, so the
+sampler reaches them within a few trials.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from cutsearch import tuner
+from cutsearch.errors import UserError
+from cutsearch.evaluator import Evaluation, ReplayEvaluator
+from cutsearch.outcome import Failure
+from cutsearch.problem import Layer
+from cutsearch.search import search
+from cutsearch.space import Config, Knobs, Space, invalid_reason
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "studies" / "recorded" / "h200-smoke"
+
+ASR = Layer(m=4096, n=5000, k=1024)
+ASR_RECORDING = RECORDED / "fc-4096x5000x1024-f16.json"
+# The 128x128x128 pingpong kernels recorded for this layer: TMA or nosmem epilogue, direct or swapped.
+ASR_SPACE = Space(ASR, tile_m=(128,), tile_n=(128,), tile_k=(128,), clusters=((1, 1),),
+                  schedules=("pingpong/tma/persistent", "pingpong/nosmem/persistent"), stages=(0,))
+
+ODD = Layer(m=3000, n=1001, k=999, dtype="bf16", bias=True, activation="gelu")
+ODD_RECORDING = RECORDED / "fc-3000x1001x999-bf16-bias-gelu.json"
+ODD_SPACE = Space(ODD, tile_m=(128,), tile_n=(64,), tile_k=(128,), clusters=((1, 1),),
+                  schedules=("pingpong/tma/persistent", "pingpong/nosmem/persistent"), stages=(0,), pad=(True,))
+
+STUDY = "recorded"
+
+
+def recording(path: Path) -> dict[str, dict]:
+    """The recorded evaluations of a file, by config key, as stored."""
+    return {Config.from_dict(e["config"]).key: e for e in json.loads(path.read_text())["evaluations"]}
+
+
+def fastest_reachable(path: Path, layer: Layer, space: Space) -> dict:
+    """The recording's fastest measured config that the rules allow and `space` holds."""
+    keys = {c.key for c in space}
+    measured = [e for k, e in recording(path).items()
+                if e.get("measurement") and k in keys and invalid_reason(layer, Config.from_dict(e["config"])) is None]
+    return min(measured, key=lambda e: e["measurement"]["timing"]["median_us"])
+
+
+class Counting:
+    """A recorded evaluator that remembers every config it is asked to evaluate."""
+
+    source = "recorded"
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.asked: list[str] = []
+
+    def evaluate(self, layer, configs, events=None):
+        self.asked.extend(c.key for c in configs)
+        yield from self.inner.evaluate(layer, configs, events)
+
+    def close(self) -> None:
+        pass
+
+
+def journal(path: Path) -> JournalStorage:
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def run(tmp_path: Path, layer: Layer, evaluator, space: Space, *, trials: int, **kw):
+    """One search call on the study kept in tmp_path; returns (result, trials of the study)."""
+    storage = journal(tmp_path / "journal.log")
+    kw = {"batch": 2, "sampler": "random", "seed": 0, **kw}
+    result = search(layer, evaluator=evaluator, storage=storage, study_name=STUDY, trials=trials, space=space, **kw)
+    return result, optuna.load_study(study_name=STUDY, storage=storage).get_trials()
+
+
+def replay(path: Path, layer: Layer) -> Counting:
+    return Counting(ReplayEvaluator.load(path, layer))
+
+
+def counted(trials) -> list[optuna.trial.FrozenTrial]:
+    """Trials that use the budget: finished, neither refused by a rule nor killed with their run."""
+    return [t for t in trials if t.state.is_finished() and not t.user_attrs.get("rule_invalid")
+            and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted"]
+
+
+def test_recorded_trials_are_told_their_recorded_times(tmp_path):
+    result, trials = run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=2)
+    recorded = recording(ASR_RECORDING)
+    told = counted(trials)
+    assert len(told) == result.trials == 2
+    assert {t.user_attrs["config"] for t in told} == {"128x128x128_c1x1_pingpong_tma_s0_persistent",
+                                                      "128x128x128_c1x1_pingpong_tma_s0_persistent_swap"}
+    for t in told:
+        measured = recorded[t.user_attrs["config"]]["measurement"]
+        assert t.state == TrialState.COMPLETE
+        assert t.value == measured["timing"]["median_us"]
+        assert t.user_attrs["cublas_us"] == measured["baseline"]["median_us"]
+        assert t.user_attrs["source"] == "recorded"
+        assert Knobs(**t.user_attrs["evaluation"]["measurement"]["knobs"]) == Knobs(**measured["knobs"])
+
+
+@pytest.mark.parametrize("layer, path, space, best_key, cublas_wins", [
+    (ASR, ASR_RECORDING, ASR_SPACE, "128x128x128_c1x1_pingpong_tma_s0_persistent", True),
+    (ODD, ODD_RECORDING, ODD_SPACE, "128x64x128_c1x1_pingpong_tma_s0_persistent_pad", False),
+], ids=["asr-cublas-wins", "odd-bias-gelu-cutlass-wins"])
+def test_recorded_search_finds_the_recordings_fastest_kernel(tmp_path, layer, path, space, best_key, cublas_wins):
+    result, _ = run(tmp_path, layer, replay(path, layer), space, trials=2)
+    expected = fastest_reachable(path, layer, space)
+    assert result.best.config.key == best_key == Config.from_dict(expected["config"]).key
+    assert result.best.median_us == expected["measurement"]["timing"]["median_us"]
+    assert result.cublas_us == expected["measurement"]["baseline"]["median_us"]
+    assert result.speedup == pytest.approx(result.cublas_us / result.best.median_us)
+    assert result.source == "recorded"
+    summary = tuner.summary(result, command="test")
+    assert (summary["best_us"], summary["cublas_us"], summary["speedup"]) == (
+        result.best.median_us, result.cublas_us, result.speedup)
+    assert summary["cublas_wins"] is cublas_wins
+    assert "recorded H200 measurements, not measured in this run" in summary["note"]
+
+
+def test_odd_layer_recording_beats_cublas_by_its_recorded_margin(tmp_path):
+    result, _ = run(tmp_path, ODD, replay(ODD_RECORDING, ODD), ODD_SPACE, trials=2)
+    # Recorded on the H200: 46.4 us against cuBLAS's 90.4 us, bias and GELU fused.
+    assert result.best.median_us == pytest.approx(46.384, abs=1e-3)
+    assert result.cublas_us == pytest.approx(90.352, abs=1e-3)
+    assert result.speedup == pytest.approx(1.948, abs=1e-3)
+
+
+def test_rule_invalid_proposals_are_recorded_with_reasons_and_cost_no_budget(tmp_path):
+    evaluator = replay(ASR_RECORDING, ASR)
+    result, trials = run(tmp_path, ASR, evaluator, ASR_SPACE, trials=4)
+    refused = [t for t in trials if t.user_attrs.get("rule_invalid")]
+    assert refused, "the seeded sampler proposes the nosmem configs the rules refuse"
+    for t in refused:
+        config = Config.from_dict(t.user_attrs["evaluation"]["config"])
+        assert t.state == TrialState.PRUNED  # so TPE ranks the region last
+        assert t.user_attrs["failure"]["kind"] == "invalid"
+        assert t.user_attrs["failure"]["message"] == invalid_reason(ASR, config)
+        assert config.epilogue_schedule == "nosmem"
+    assert len(counted(trials)) == result.trials == 4
+    assert result.failures == {}
+    assert all(invalid_reason(ASR, Config.from_dict(recording(ASR_RECORDING)[k]["config"])) is None
+               for k in evaluator.asked), "no refused config reaches the evaluator"
+
+
+def test_known_configs_replay_their_result_without_reevaluation(tmp_path):
+    evaluator = replay(ASR_RECORDING, ASR)
+    result, trials = run(tmp_path, ASR, evaluator, ASR_SPACE, trials=6)
+    assert collections.Counter(evaluator.asked) == {"128x128x128_c1x1_pingpong_tma_s0_persistent": 1,
+                                                    "128x128x128_c1x1_pingpong_tma_s0_persistent_swap": 1}
+    told = counted(trials)
+    assert len(told) == result.trials == 6
+    assert result.new_trials == 2
+    first = {t.user_attrs["config"]: t.value for t in told if not t.user_attrs["evaluation"].get("replayed_from_study")}
+    replayed = [t for t in told if t.user_attrs["evaluation"].get("replayed_from_study")]
+    assert len(first) == 2 and len(replayed) == 4
+    assert all(t.value == first[t.user_attrs["config"]] for t in replayed)
+
+
+def test_configs_missing_from_the_recording_fail_as_invalid_and_count(tmp_path):
+    # The swapped, padded TMA kernel was never measured for this layer.
+    result, trials = run(tmp_path, ODD, replay(ODD_RECORDING, ODD), Space(
+        ODD, tile_m=(128,), tile_n=(64,), tile_k=(128,), clusters=((1, 1),), schedules=("pingpong/tma/persistent",),
+        stages=(0,), pad=(True,)), trials=2)
+    assert result.failures == {"invalid": 1}
+    (failed,) = [t for t in counted(trials) if t.state == TrialState.FAIL]
+    assert failed.user_attrs["config"] == "128x64x128_c1x1_pingpong_tma_s0_persistent_swap_pad"
+    assert failed.user_attrs["failure"]["message"] == "not in the recording: this config was not measured"
+    assert result.best.config.key == "128x64x128_c1x1_pingpong_tma_s0_persistent_pad"
+
+
+class RecordedCompileError:
+    """The recording of the odd layer, where one config fails to build.
+
+    The failure is the compile error recorded on the H200 for a nosmem kernel of this layer
+    (which the rules now refuse before compiling), attached to the swapped TMA kernel.
+    """
+
+    source = "recorded"
+
+    def __init__(self) -> None:
+        self.inner = ReplayEvaluator.load(ODD_RECORDING, ODD)
+        recorded = recording(ODD_RECORDING)["128x64x128_c1x1_pingpong_nosmem_s0_persistent_pad"]
+        self.failure = Failure.from_dict(recorded["failure"])
+        self.asked: list[str] = []
+
+    def evaluate(self, layer, configs, events=None):
+        self.asked.extend(c.key for c in configs)
+        for config in configs:
+            if config.swap_ab:
+                yield Evaluation(config=config, outcome=self.failure, source=self.source)
+            else:
+                yield from self.inner.evaluate(layer, [config], events)
+
+    def close(self) -> None:
+        pass
+
+
+def test_compile_errors_are_recorded_with_their_log_and_replayed_not_rebuilt(tmp_path):
+    space = Space(ODD, tile_m=(128,), tile_n=(64,), tile_k=(128,), clusters=((1, 1),),
+                  schedules=("pingpong/tma/persistent",), stages=(0,), pad=(True,))
+    evaluator = RecordedCompileError()
+    result, trials = run(tmp_path, ODD, evaluator, space, trials=2)
+    assert result.failures == {"compile_error": 1}
+    (failed,) = [t for t in counted(trials) if t.state == TrialState.FAIL]
+    failure = failed.user_attrs["failure"]
+    assert failure["kind"] == "compile_error"
+    assert "static assertion failed" in failure["message"]
+    assert failure["log"] == evaluator.failure.log[-20000:] and len(failure["log"]) > 1000
+    # A later run meets the failed config again: it replays the failure, it does not rebuild it.
+    again = RecordedCompileError()
+    result, trials = run(tmp_path, ODD, again, space, trials=4)
+    assert again.asked == []
+    assert result.failures == {"compile_error": 2}
+
+
+def test_resuming_with_a_larger_budget_continues_the_study(tmp_path):
+    first = replay(ASR_RECORDING, ASR)
+    _, before = run(tmp_path, ASR, first, ASR_SPACE, trials=1, warm=0)
+    assert len(counted(before)) == 1
+    second = replay(ASR_RECORDING, ASR)
+    result, after = run(tmp_path, ASR, second, ASR_SPACE, trials=3, warm=0)
+    assert len(counted(after)) == result.trials == 3
+    # Earlier trials are intact, new ones are numbered after them.
+    old = {t.number: (t.state, t.value, t.params, t.user_attrs.get("config")) for t in before}
+    assert {t.number: (t.state, t.value, t.params, t.user_attrs.get("config")) for t in after if t.number in old} == old
+    new = [t for t in after if t.number not in old]
+    assert new and min(t.number for t in new) > max(old)
+    assert sorted(t.number for t in after) == list(range(len(after)))
+    # The config the first run evaluated is known: only the other one is evaluated now.
+    assert set(first.asked).isdisjoint(second.asked)
+    assert result.new_trials == len(second.asked) == 1
+
+
+def test_resuming_with_the_same_budget_evaluates_nothing(tmp_path):
+    done, before = run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=2)
+    evaluator = replay(ASR_RECORDING, ASR)
+    result, after = run(tmp_path, ASR, evaluator, ASR_SPACE, trials=2)
+    assert result.new_trials == 0 and result.new_compiles == 0
+    assert evaluator.asked == []
+    assert len(after) == len(before), "not even a proposal is asked"
+    assert result.trials == done.trials == 2
+    assert result.best.number == done.best.number and result.best.median_us == done.best.median_us
+
+
+def test_a_study_refuses_to_resume_for_another_layer(tmp_path):
+    run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=1)
+    other = Layer(m=4096, n=5000, k=1024, dtype="bf16")
+    with pytest.raises(UserError, match="choose another --study name"):
+        run(tmp_path, other, Counting(ReplayEvaluator({})), Space(other), trials=2)
+
+
+def test_a_recording_of_another_layer_is_refused():
+    with pytest.raises(UserError, match="is for layer"):
+        ReplayEvaluator.load(ASR_RECORDING, ODD)
+
+
+# --- a replayed search killed mid-batch, then resumed ------------------------------------------
+
+KILLED_TRIALS = 6
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cutsearch", "search", "--m", "4096", "--n", "5000", "--k", "1024",
+            "--evaluator", "replay", "--recording", str(ASR_RECORDING), "--trials", str(KILLED_TRIALS),
+            "--sampler", "random", "--study", "killed", *args]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def _read(path: Path) -> list[optuna.trial.FrozenTrial] | None:
+    try:
+        return optuna.load_study(study_name="killed", storage=journal(path)).get_trials()
+    except KeyError:  # the study is not created yet
+        return None
+
+
+def _stop_mid_batch(proc: subprocess.Popen, path: Path) -> list[optuna.trial.FrozenTrial]:
+    """Freeze the search at a moment when it has told some trials and is evaluating others."""
+    lock = Path(f"{path}.lock")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the search finished before it could be killed"
+        time.sleep(0.2)
+        if not path.is_file():
+            continue
+        os.kill(proc.pid, signal.SIGSTOP)
+        trials = _read(path)
+        # Not while it writes the journal: a lock left by a killed writer stalls the next run 30 s.
+        if trials and not lock.exists() and counted(trials) and any(t.state == TrialState.RUNNING for t in trials):
+            return trials
+        os.kill(proc.pid, signal.SIGCONT)
+    raise AssertionError("the search never had told and running trials at once")
+
+
+def test_killed_recorded_search_resumes_to_its_budget(tmp_path, private_dirs):
+    studies = private_dirs[0]
+    path = studies / "killed" / "journal.log"
+    with open(tmp_path / "killed.out", "w") as out:
+        proc = subprocess.Popen(_cli(), env=_env(CUTSEARCH_REPLAY_DELAY_S="1.0"), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            at_kill = _stop_mid_batch(proc, path)
+            proc.kill()
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    running = {t.number for t in at_kill if t.state == TrialState.RUNNING}
+    finished = {t.number: (t.state, t.value, t.user_attrs.get("config")) for t in at_kill if t.state.is_finished()}
+    assert 0 < len(counted(at_kill)) < KILLED_TRIALS and running
+
+    rerun = subprocess.run(_cli(), env=_env(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"reaped {len(running)} trial(s) left RUNNING by a killed run" in rerun.stderr
+
+    final = _read(path)
+    assert not [t for t in final if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert len(counted(final)) == KILLED_TRIALS
+    by_number = {t.number: t for t in final}
+    assert {n: (by_number[n].state, by_number[n].value, by_number[n].user_attrs.get("config"))
+            for n in finished} == finished, "trials told before the kill are intact"
+    for n in running:
+        assert by_number[n].state == TrialState.FAIL
+        assert by_number[n].user_attrs["failure"]["kind"] == "interrupted"
+    results = json.loads((studies / "results" / "killed.json").read_text())
+    assert results["source"] == "recorded" and results["study"] == "killed"
+
+
+# --- tune(): the results file -------------------------------------------------------------------
+
+def test_tune_with_the_model_writes_the_results_json_as_predictions(private_dirs):
+    studies = private_dirs[0]
+    result = tuner.tune(Layer(m=64, n=64, k=64), trials=5, evaluator="model", study="planned",
+                        command="cutsearch search --m 64 --n 64 --k 64 --evaluator model --trials 5")
+    data = json.loads((studies / "results" / "planned.json").read_text())
+    assert data["layer"] == {"M": 64, "N": 64, "K": 64, "dtype": "f16", "bias": False, "activation": "none"}
+    for key in ("gpu", "best_us", "cublas_us", "speedup", "trials", "wall_s", "command"):
+        assert key in data, key
+    assert data["gpu"] is None
+    assert data["best_us"] == result.best.median_us > 0
+    assert data["cublas_us"] is None and data["speedup"] is None  # a model predicts no cuBLAS time
+    assert data["trials"] == result.trials == 5
+    assert data["wall_s"] >= 0
+    assert data["command"] == "cutsearch search --m 64 --n 64 --k 64 --evaluator model --trials 5"
+    assert data["source"] == "predicted"
+    assert "predictions" in data["note"]
+    assert not (studies / "planned" / "best").exists(), "a prediction has no kernel to keep"

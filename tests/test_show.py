@@ -1,0 +1,115 @@
+"""`cutsearch show`: the top trials and the best kernel against cuBLAS, in the terminal."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from cutsearch.console import print_study
+from cutsearch.errors import UserError
+from cutsearch.evaluator import Evaluation
+from cutsearch.outcome import Failure, FailureKind
+from cutsearch.problem import Layer
+from cutsearch.search import open_study, search
+from cutsearch.storage import open_storage
+
+RECORDED = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-smoke" / "journals"
+ASR_OUT = "fc-4096x5000x1024-f16"
+GELU = "fc-3000x1001x999-bf16-bias-gelu"
+
+
+def recorded(tmp_path: Path, study: str) -> str:
+    journal = tmp_path / f"{study}.log"
+    shutil.copy(RECORDED / f"{study}.log", journal)
+    return str(journal)
+
+
+def shown(study: str, storage: str, **kwargs) -> str:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    print_study(console, study, storage=storage, **kwargs)
+    return console.file.getvalue()
+
+
+class Timeouts:
+    """An evaluator whose every kernel hangs on the GPU."""
+
+    source = "measured"
+
+    def evaluate(self, layer, configs, events=None):
+        for config in configs:
+            yield Evaluation(config=config, source=self.source, compile_s=30.0,
+                             outcome=Failure(kind=FailureKind.TIMEOUT, message="no reply within 60 s"))
+
+    def close(self):
+        pass
+
+
+def test_show_ranks_the_recorded_trials_against_cublas(tmp_path):
+    text = shown(ASR_OUT, recorded(tmp_path, ASR_OUT))
+    assert "top 4 of 4 completed trials" in text
+    rows = [line for line in text.splitlines() if line.count("│") == 8]  # the seven-column table
+    assert [row.split("│")[1].strip() for row in rows] == ["2", "3", "1", "0"]  # fastest first
+    assert "70.2-72.2" in rows[0] and "0.94x" in rows[0] and "│        48 │" in rows[0]
+    assert "128x128x128 c1x1 pingpong/tma/persistent swap" in rows[1]
+    assert "70.9 µs (trial 2)" in text
+    assert "66.7 µs (median of 4 runs)" in text
+    assert "53.1 µs (75% reached)" in text
+    assert "4 (4 completed, 0 failed, 12 pending)" in text
+    assert "cuBLAS is faster for this layer" in text
+
+
+def test_show_limits_the_table_to_top(tmp_path):
+    text = shown(ASR_OUT, recorded(tmp_path, ASR_OUT), top=2)
+    assert "top 2 of 4 completed trials" in text
+    assert "107.3" not in text
+
+
+def test_show_counts_failures_by_kind(tmp_path):
+    text = shown(GELU, recorded(tmp_path, GELU))
+    assert "compile_error 2" in text
+    assert "1.95x" in text and "(median of 1 run)" in text
+
+
+def test_show_counts_rule_refusals_apart_from_trials(tmp_path):
+    text = shown("fc-16x4096x4096-f16", recorded(tmp_path, "fc-16x4096x4096-f16"))
+    assert "4 (4 completed, 0 failed); 28 proposals refused by space rules" in text
+
+
+def test_a_failures_only_study_shows_its_failures(tmp_path):
+    journal = tmp_path / "j.log"
+    search(Layer(m=256, n=512, k=1024), evaluator=Timeouts(), storage=open_storage(journal),
+           study_name="hangs", trials=2, sampler="random", warm=0, batch=2)
+    text = shown("hangs", str(journal))
+    assert "no completed trial in hangs" in text
+    assert "timeout 2" in text
+    assert "top " not in text
+
+
+def test_an_empty_study_is_a_user_error(tmp_path):
+    journal = tmp_path / "j.log"
+    open_study(Layer(m=256, n=512, k=1024), study_name="empty", storage=open_storage(journal),
+               sampler=optuna.samplers.RandomSampler())
+    with pytest.raises(UserError, match="no finished trial yet"):
+        shown("empty", str(journal))
+
+
+def test_an_unknown_study_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no study named 'nope'"):
+        shown("nope", recorded(tmp_path, ASR_OUT))
+    with pytest.raises(UserError, match="does not exist"):
+        shown("nope", str(tmp_path / "studies" / "nope" / "journal.log"))
+
+
+def test_the_show_command_prints_the_study(tmp_path):
+    import cutsearch.cli  # noqa: F401 - registers the commands
+    from cutsearch.cli.app import app
+
+    result = CliRunner().invoke(app, ["show", ASR_OUT, "--storage", recorded(tmp_path, ASR_OUT), "--top", "3"])
+    assert result.exit_code == 0, result.output
+    assert "best kernel" in result.output and "70.9 µs" in result.output

@@ -1,0 +1,218 @@
+"""The configuration space: its validity rules, the layer transforms, and the run-time knobs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cutsearch.problem import Layer
+from cutsearch.space import (SCHEDULES, Config, Knobs, Space, invalid_reason, kernel_problem, knob_grid,
+                             smem_bytes)
+
+ALIGNED = Layer(m=4096, n=4096, k=4096)
+UNALIGNED_K = Layer(m=512, n=1024, k=999)
+UNALIGNED_N = Layer(m=512, n=1001, k=1024)
+ODD = Layer(m=3000, n=1001, k=999, dtype="bf16", bias=True, activation="gelu")
+
+
+def cfg(**kw) -> Config:
+    base = dict(tile_m=128, tile_n=128, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma")
+    return Config(**{**base, **kw})
+
+
+# --- validity rules -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layer, config, reason", [
+    (ALIGNED, cfg(tile_m=64),
+     "cooperative schedule splits the CTA tile's M over two warpgroups: tile M must be >= 128"),
+    (ALIGNED, cfg(tile_m=256, tile_n=64, kernel_schedule="pingpong"),
+     "pingpong schedule gives each warpgroup a whole tile: tile M must be <= 128"),
+    (ALIGNED, cfg(kernel_schedule="pingpong", tile_scheduler="streamk"),
+     "stream-K tile scheduler needs the cooperative kernel schedule"),
+    (ALIGNED, cfg(kernel_schedule="auto", epilogue_schedule="auto", tile_scheduler="streamk"),
+     "stream-K tile scheduler needs the cooperative"),
+    (ALIGNED, cfg(tile_m=128, tile_n=256, kernel_schedule="pingpong"),
+     "128x256 fp32 accumulator needs over 128 registers"),
+    (ALIGNED, cfg(tile_m=256, tile_n=256), "256x256 fp32 accumulator needs over 128 registers"),
+    (ALIGNED, cfg(stages=7), "7 stages need 257 KiB of shared memory, over 227 KiB"),
+    (ALIGNED, cfg(tile_n=256, tile_k=128, stages=3), "3 stages need 321 KiB of shared memory"),
+    (UNALIGNED_K, cfg(), "K=999 gives 2-byte rows; the TMA mainloop needs 16 (pad)"),
+    (UNALIGNED_N, cfg(), "N=1001 gives unaligned output rows: only the nosmem epilogue stores them (or pad)"),
+    (ALIGNED, cfg(epilogue_schedule="nosmem"), "the nosmem epilogue only serves unaligned output rows"),
+    (dataclasses.replace(UNALIGNED_N, bias=True), cfg(epilogue_schedule="nosmem"),
+     "fused bias/activation (epilogue visitor tree) needs the TMA epilogue"),
+    (dataclasses.replace(UNALIGNED_N, activation="relu"), cfg(epilogue_schedule="nosmem"), "needs the TMA epilogue"),
+    (ALIGNED, cfg(pad=True), "padding is a no-op for this layer"),
+    (ALIGNED, cfg(kernel_schedule="pingpong", epilogue_schedule="auto"), "must both be auto or both explicit"),
+    (ALIGNED, cfg(kernel_schedule="auto", epilogue_schedule="tma"), "must both be auto or both explicit"),
+    (ALIGNED, cfg(tile_m=96), "CTA tile 96x128x64 is outside the space"),
+    (ALIGNED, cfg(cluster_m=2, cluster_n=2), "cluster 2x2 is outside the space"),
+    (ALIGNED, cfg(tile_scheduler="splitk"), "unknown tile scheduler 'splitk'"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_invalid_reason_names_the_broken_rule(layer, config, reason):
+    assert reason in (invalid_reason(layer, config) or "")
+
+
+@pytest.mark.parametrize("layer, config", [
+    (ALIGNED, cfg(tile_m=128)),                                           # cooperative at its smallest M
+    (ALIGNED, cfg(tile_m=128, tile_n=64, kernel_schedule="pingpong")),    # pingpong at its largest M
+    (ALIGNED, cfg(tile_m=64, tile_n=256, kernel_schedule="pingpong")),    # 128 registers in one warpgroup
+    (ALIGNED, cfg(tile_m=128, tile_n=256)),                               # ... in each of two
+    (ALIGNED, cfg(tile_scheduler="streamk")),
+    (ALIGNED, cfg(stages=6)),                                             # 225 KiB: the most that fits
+    (ALIGNED, cfg(tile_n=256, tile_k=128, stages=0)),                     # auto stages: two fit
+    (UNALIGNED_K, cfg(pad=True)),
+    (UNALIGNED_N, cfg(epilogue_schedule="nosmem")),
+    (UNALIGNED_N, cfg(pad=True)),
+    (ODD, cfg(pad=True, swap_ab=True)),
+    (ALIGNED, Config(tile_m=128, tile_n=128, tile_k=64)),                 # both schedules auto
+], ids=lambda v: v.key if isinstance(v, Config) else None)
+def test_configs_that_follow_every_rule_are_valid(layer, config):
+    assert invalid_reason(layer, config) is None
+
+
+def test_explicit_stages_are_checked_against_shared_memory_auto_stages_are_not():
+    config = cfg(tile_n=256, tile_k=128)
+    assert smem_bytes(config, "f16", 2) <= 227 * 1024 < smem_bytes(config, "f16", 3)
+    assert invalid_reason(ALIGNED, dataclasses.replace(config, stages=2)) is None
+    assert invalid_reason(ALIGNED, dataclasses.replace(config, stages=3)) is not None
+    assert invalid_reason(ALIGNED, dataclasses.replace(config, stages=0)) is None
+
+
+def test_nosmem_epilogue_frees_the_shared_memory_of_the_tma_epilogue():
+    tma, nosmem = cfg(), cfg(epilogue_schedule="nosmem")
+    assert smem_bytes(tma, "f16", 4) - smem_bytes(nosmem, "f16", 4) == 64 * 128 * 4
+
+
+# --- layer transforms -----------------------------------------------------------------------
+
+def test_padding_rounds_k_and_n_up_to_16_byte_rows():
+    kp = kernel_problem(ODD, cfg(pad=True))
+    assert (kp.m, kp.n, kp.k) == (3000, 1008, 1000)
+    assert (kp.pad_n, kp.pad_k) == (1008, 1000)
+    assert (kp.align_ab, kp.align_d) == (8, 8)
+
+
+def test_swap_ab_makes_the_kernel_compute_y_transposed():
+    kp = kernel_problem(ODD, cfg(pad=True, swap_ab=True))
+    assert (kp.m, kp.n, kp.k) == (1008, 3000, 1000)
+    assert (kp.pad_n, kp.pad_k) == (1008, 1000)
+
+
+def test_unpadded_odd_layer_keeps_its_extents_and_loses_alignment():
+    kp = kernel_problem(ODD, cfg())
+    assert (kp.m, kp.n, kp.k, kp.pad_n, kp.pad_k) == (3000, 1001, 999, 1001, 999)
+    assert (kp.align_ab, kp.align_d) == (1, 1)
+
+
+def test_swapped_unpadded_problem_is_n_by_m():
+    kp = kernel_problem(Layer(m=16, n=4096, k=4096), cfg(swap_ab=True))
+    assert (kp.m, kp.n, kp.k) == (4096, 16, 4096)
+    assert (kp.pad_n, kp.pad_k) == (4096, 4096)
+
+
+def test_alignment_is_the_largest_power_of_two_up_to_one_vector():
+    assert kernel_problem(Layer(m=64, n=1004, k=1020), cfg()).align_ab == 4   # 1020 = 4 * 255
+    assert kernel_problem(Layer(m=64, n=1004, k=1020), cfg()).align_d == 4
+    assert kernel_problem(Layer(m=64, n=1024, k=1022), cfg()).align_ab == 2
+
+
+# --- run-time knobs -------------------------------------------------------------------------
+
+def test_persistent_kernels_search_raster_order_and_swizzle():
+    grid = knob_grid(cfg(), ALIGNED)
+    assert {(k.raster, k.swizzle) for k in grid} == {(r, s) for r in (1, 2) for s in (1, 2, 4, 8)}
+    assert len(grid) == 8
+    assert all(k.splits == 1 and k.decomposition == 0 and k.reduction == 0 for k in grid)
+
+
+def test_stream_k_kernels_search_stream_k_data_parallel_and_split_k():
+    config = cfg(tile_k=128, tile_scheduler="streamk")
+    grid = knob_grid(config, Layer(m=4096, n=4096, k=1024))  # 8 k-tiles
+    by_mode = {mode: [k for k in grid if k.decomposition == mode] for mode in (1, 2, 3)}
+    for mode in (1, 3):  # stream-K and data-parallel: one variant per raster order
+        assert sorted((k.raster, k.splits, k.reduction) for k in by_mode[mode]) == [(1, 1, 0), (2, 1, 0)]
+    # split-K: every split count up to the k-tiles, each with both reductions, in both raster orders
+    assert sorted((k.raster, k.splits, k.reduction) for k in by_mode[2]) == [
+        (r, s, red) for r in (1, 2) for s in (2, 3, 4, 8) for red in (0, 1)]  # 16 splits exceed 8 k-tiles
+    assert len(grid) == len(by_mode[1]) + len(by_mode[2]) + len(by_mode[3])
+    assert all(k.swizzle == 1 for k in grid)
+
+
+def test_split_k_never_splits_below_one_k_tile():
+    grid = knob_grid(cfg(tile_k=64, tile_scheduler="streamk"), Layer(m=4096, n=4096, k=64))
+    assert [k for k in grid if k.decomposition == 2] == []
+    assert {k.decomposition for k in grid} == {1, 3}
+
+
+def test_split_k_counts_k_tiles_of_the_padded_problem():
+    # K=999 padded to 1000: 1000 / 128 -> 8 k-tiles, so 8 splits are allowed but not 16.
+    grid = knob_grid(cfg(tile_k=128, tile_scheduler="streamk", pad=True), UNALIGNED_K)
+    assert max(k.splits for k in grid) == 8
+
+
+# --- the space as the sampler sees it --------------------------------------------------------
+
+def test_params_round_trip_to_the_same_config():
+    space = Space(ODD, tile_m=(64, 128), tile_n=(64, 128), tile_k=(64,), stages=(0, 4))
+    configs = list(space)
+    assert configs, "the narrowed space holds valid configs"
+    dims = space.dimensions()
+    for config in configs:
+        params = Space.params_from_config(config)
+        assert set(params) == set(dims)
+        assert all(params[name] in dims[name] for name in dims)
+        assert Space.config_from_params(params) == config
+
+
+def test_iteration_yields_only_valid_distinct_configs():
+    space = Space(UNALIGNED_N, tile_m=(64, 128, 256), tile_n=(64, 128, 256), tile_k=(64,), stages=(0,))
+    configs = list(space)
+    assert all(invalid_reason(UNALIGNED_N, c) is None for c in configs)
+    assert len({c.key for c in configs}) == len(configs)
+    assert {c.pad for c in configs} == {False, True}
+    assert {c.tile_scheduler for c in configs} == {"persistent", "streamk"}
+
+
+def test_padding_is_searched_only_where_the_layer_is_unaligned():
+    assert Space(ALIGNED).dimensions()["pad"] == (False,)
+    assert Space(UNALIGNED_K).dimensions()["pad"] == (False, True)
+    assert Space(UNALIGNED_N).dimensions()["pad"] == (False, True)
+    assert Space(ALIGNED, pad=(True,)).dimensions()["pad"] == (True,)
+
+
+def test_schedule_dimension_holds_only_pairs_cutlass_accepts():
+    for schedule in SCHEDULES:
+        kernel, epilogue, scheduler = schedule.split("/")
+        config = Config(tile_m=128, tile_n=128, tile_k=64, kernel_schedule=kernel, epilogue_schedule=epilogue,
+                        tile_scheduler=scheduler)
+        reason = invalid_reason(UNALIGNED_N if epilogue == "nosmem" else ALIGNED, config)
+        assert reason is None, (schedule, reason)
+
+
+def test_config_key_is_stable():
+    """Recordings and studies are keyed by it: changing the format orphans them."""
+    config = Config(tile_m=128, tile_n=64, tile_k=128, kernel_schedule="pingpong", epilogue_schedule="tma", pad=True)
+    assert config.key == "128x64x128_c1x1_pingpong_tma_s0_persistent_pad"
+    swapped = Config(tile_m=256, tile_n=32, tile_k=32, cluster_n=2, kernel_schedule="cooperative",
+                     epilogue_schedule="nosmem", stages=3, tile_scheduler="streamk", swap_ab=True)
+    assert swapped.key == "256x32x32_c1x2_cooperative_nosmem_s3_streamk_swap"
+
+
+def test_config_keys_differ_in_every_field():
+    base = cfg()
+    variants = [dataclasses.replace(base, **{f.name: v}) for f, v in zip(dataclasses.fields(Config), (
+        64, 256, 128, 2, 2, "pingpong", "nosmem", 4, "streamk", True, True))]
+    keys = {base.key} | {v.key for v in variants}
+    assert len(keys) == len(variants) + 1
+
+
+def test_config_dict_round_trip_ignores_unknown_keys():
+    config = cfg(stages=4, swap_ab=True)
+    assert Config.from_dict({**config.to_dict(), "added_later": 1}) == config
+
+
+def test_knobs_serialise_every_field():
+    assert Knobs(raster=2, swizzle=4, splits=3, decomposition=2, reduction=1).to_dict() == {
+        "raster": 2, "swizzle": 4, "splits": 3, "decomposition": 2, "reduction": 1}

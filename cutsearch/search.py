@@ -109,21 +109,37 @@ def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseSt
     return study
 
 
-def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int) -> int:
-    """Enqueue the model's top `count` configs into a new study; returns how many."""
+def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int,
+               priors: tuple[Config, ...] = ()) -> int:
+    """Enqueue `count` configs into a new study: valid priors first, then the model's picks."""
     if count <= 0 or study.get_trials(deepcopy=False):
         return 0
-    top = model.diverse_top(model.rank(layer, list(space)), count)
+    top = first_configs(layer, space, count, priors)
     for config in top:
         study.enqueue_trial(Space.params_from_config(config), skip_if_exists=True)
     return len(top)
+
+
+def first_configs(layer: Layer, space: Space, count: int, priors: tuple[Config, ...] = ()) -> list[Config]:
+    """What a new study builds first: up to half from priors, the rest from the model."""
+    top = [c for c in dict.fromkeys(_adapt(layer, p) for p in priors) if c is not None][: count // 2]
+    return top + [c for c in model.warm_start(layer, list(space), count) if c not in top][: count - len(top)]
+
+
+def _adapt(layer: Layer, config: Config) -> Config | None:
+    """`config`, or its nearest valid form for this layer (an explicit schedule, say)."""
+    for candidate in (config, dataclasses.replace(config, kernel_schedule="pingpong", epilogue_schedule="tma"),
+                      dataclasses.replace(config, kernel_schedule="cooperative", epilogue_schedule="tma")):
+        if invalid_reason(layer, candidate) is None:
+            return candidate
+    return None
 
 
 def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseStorage, study_name: str,
            trials: int = 64, timeout_s: float | None = None, batch: int | None = None, sampler: str = "tpe",
            seed: int = 0, warm: int | None = None, space: Space | None = None, events: Events | None = None,
            on_best: Callable[[TrialRecord, optuna.Study], None] | None = None,
-           artifacts: Any = None) -> SearchResult:
+           artifacts: Any = None, priors: tuple[Config, ...] = ()) -> SearchResult:
     """Run the study up to `trials` evaluated trials (resuming it), or until `timeout_s`.
 
     `artifacts` (an Optuna artifact store) receives each built trial's logs before it is told.
@@ -139,7 +155,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     if sampler == "model":
         _enqueue_model_order(study, layer, space, trials)
     else:
-        warm_start(study, layer, space, batch if warm is None else warm)
+        warm_start(study, layer, space, batch if warm is None else warm, priors)
     dists = distributions(space)
     known: dict[str, Evaluation] = {}
     learned: set[int] = set()

@@ -76,7 +76,7 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
         ws.artifacts(name).mkdir(parents=True, exist_ok=True)
         result = search(layer, evaluator=ev, storage=store, study_name=name, trials=trials, timeout_s=timeout_s,
                         batch=batch or getattr(getattr(ev, "compiler", None), "jobs", None), sampler=sampler,
-                        seed=seed, warm=warm, events=events, on_best=on_best,
+                        seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
                         artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
         if result.best is not None and not ws.best_dir(name).exists():
             on_best(result.best, None)  # a resumed study whose best was found by an earlier run
@@ -87,6 +87,28 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
     finally:
         if own:
             ev.close()
+
+
+def priors(ws: Workspace, layer: Layer) -> tuple:
+    """Winners of earlier studies of layers in the same regime (M within 8x), best first.
+
+    Kernels do not depend on the shape, so what won near this layer is worth measuring first.
+    """
+    import json
+    import math
+
+    from cutsearch.space import Config
+
+    found = []
+    for path in sorted((ws.root / "results").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            best, spec = data.get("best"), data.get("layer")
+            if best and spec and abs(math.log2(spec["M"] / layer.m)) <= 3 and data.get("source") == "measured":
+                found.append((data.get("speedup") or 0, Config.from_dict(best["config"])))
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            continue  # not a study summary
+    return tuple(c for _, c in sorted(found, key=lambda f: -f[0]))
 
 
 def _record_run(store, name: str, result: SearchResult, command: str) -> list[dict[str, Any]]:

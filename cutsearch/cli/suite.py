@@ -83,24 +83,28 @@ def _us(v):
 @app.command("build")
 def build_cmd(
     suite_file: Path = typer.Argument(..., help="TOML file of layers (one or many)."),
-    top: int = typer.Option(8, help="Model-ranked configs to build per layer."),
+    top: int = typer.Option(8, help="Configs to build per layer: the ones a new study would measure first."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
+    studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where earlier studies live."),
 ) -> None:
     """Compile each layer's most promising kernels into the cache, without a GPU."""
-    from cutsearch import codegen, model
+    from cutsearch import codegen
     from cutsearch.cache import Cache
     from cutsearch.compiler import Compiler, Toolchain
     from cutsearch.outcome import Failure
     from cutsearch.problem import load_layers
-    from cutsearch.search import default_cache_dir
+    from cutsearch.search import default_cache_dir, first_configs
     from cutsearch.space import Space
+    from cutsearch.tuner import priors
+    from cutsearch.workspace import Workspace
 
     if top <= 0:
         raise UserError(f"--top must be positive, got {top}")
+    ws = Workspace(studies_dir)
     compiler = Compiler(Cache(default_cache_dir()), Toolchain.find(codegen.cutlass_version()), jobs=jobs)
     sources = {}
     for name, layer in load_layers(suite_file).items():
-        for config in model.diverse_top(model.rank(layer, list(Space(layer))), top):
+        for config in first_configs(layer, Space(layer), top, priors(ws, layer)):
             try:
                 src = codegen.render(layer, config)
             except codegen.CodegenError as exc:

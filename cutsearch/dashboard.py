@@ -49,27 +49,27 @@ def serve(storage_url: str, *, artifacts: Path | None, host: str = "127.0.0.1", 
         raise UserError(f"refusing {host}: the dashboard has no authentication (--allow-remote)")
     storage = _open(storage_url)
     store = None
-    publish = None
-    if artifacts is not None and Path(artifacts).is_dir():
+    study_dir = Path(artifacts).parent if artifacts is not None and Path(artifacts).is_dir() else None
+
+    def publish() -> None:
+        try:
+            publish_best(storage, study_dir.name, best_dir=study_dir / persist.BEST, artifacts=Path(artifacts))
+        except Exception as exc:  # noqa: BLE001 - publishing is a convenience: never stop serving over it
+            log.warning("could not publish the best kernel of %s: %s", study_dir.name, exc)
+
+    if study_dir is not None:
         store = FileSystemArtifactStore(str(artifacts))
-        study_dir = Path(artifacts).parent
-
-        def publish() -> None:
-            try:
-                publish_best(storage, study_dir.name, best_dir=study_dir / persist.BEST, artifacts=Path(artifacts))
-            except Exception as exc:  # noqa: BLE001 - publishing is a convenience: never stop serving over it
-                log.warning("could not publish the best kernel of %s: %s", study_dir.name, exc)
-
         publish()
     server = _bind(host, port, wsgi(storage, artifact_store=store))
-    shown = f"[{host}]" if ":" in host else host
+    bare = host.strip("[]")
+    shown = f"[{bare}]" if ":" in bare else bare
     if remote:
         console.print(f"[bold red]warning:[/] serving on {shown}:{server.server_port} to the network. The "
                       "dashboard has no authentication, and its write endpoints let anyone who reaches it "
                       "rename or delete studies and upload files.", highlight=False)
     console.print(f"dashboard at http://{shown}:{server.server_port}/dashboard (Ctrl-C stops it)", highlight=False)
     stop = threading.Event()
-    if publish is not None:
+    if study_dir is not None:
         threading.Thread(target=_republish, args=(publish, stop), name="cutsearch-publish", daemon=True).start()
     try:
         server.serve_forever()

@@ -224,7 +224,9 @@ def _history(d: Digest) -> Any:
 
     if not d.measured:
         return NOTHING
-    xs = [r.number for r in d.measured]
+    # The budget's axis: refused proposals take trial numbers but cost nothing, so skip them.
+    order = {n: i for i, n in enumerate(sorted([r.number for r in d.measured] + [f.number for f in d.failed]), 1)}
+    xs = [order[r.number] for r in d.measured]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=xs, y=[r.median_us for r in d.measured], mode="markers", name="trial",
                              hovertext=[_hover(r) for r in d.measured], hoverinfo="text",
@@ -244,7 +246,8 @@ def _history(d: Digest) -> Any:
     fig.add_trace(go.Scatter(x=span, y=[d.layer.floor_us] * 2, mode="lines", name="roofline floor",
                              hovertext=f"roofline floor {d.layer.floor_us:.1f} µs", hoverinfo="text",
                              line=dict(color="#9d9d9d", dash="dot")))
-    fig.update_layout(xaxis_title="trial", yaxis_title="time (µs), lower is better", yaxis_rangemode="tozero")
+    fig.update_layout(xaxis_title="evaluated trial (failures included, refused proposals not)",
+                      yaxis_title="time (µs), lower is better", yaxis_rangemode="tozero")
     if max(xs) - min(xs) <= 12:
         fig.update_xaxes(dtick=1)
     return fig
@@ -292,27 +295,30 @@ def _by_parameter(d: Digest) -> Any:
 
     if not d.measured:
         return NOTHING
-    groups = {
-        "CTA tile (M x N x K)": lambda c: f"{c.tile_m}x{c.tile_n}x{c.tile_k}",
-        "schedule (kernel / epilogue / tile scheduler)":
-            lambda c: f"{c.kernel_schedule}/{c.epilogue_schedule}/{c.tile_scheduler}",
-        "transform": _transform,
-    }
-    fig = make_subplots(rows=1, cols=len(groups), shared_yaxes=True, subplot_titles=list(groups),
-                        horizontal_spacing=0.04)
-    for col, (title, label) in enumerate(groups.items(), start=1):
-        fig.add_trace(go.Box(x=[label(r.config) for r in d.measured], y=[r.median_us for r in d.measured],
-                             boxpoints="all", jitter=0.4, pointpos=0, name=title, showlegend=False,
-                             hovertext=[_hover(r) for r in d.measured], hoverinfo="text",
-                             marker=dict(color="#4c78a8", size=6), line=dict(color="#4c78a8")),
-                      row=1, col=col)
-        fig.update_xaxes(categoryorder="category ascending", tickangle=-30, row=1, col=col)
+    # (title, label of a config, sort key of a label); the tile gets a whole row: up to 45 values.
+    groups = [
+        ("CTA tile (M x N x K)", lambda c: f"{c.tile_m}x{c.tile_n}x{c.tile_k}",
+         lambda label: tuple(int(v) for v in label.split("x"))),
+        ("schedule (kernel / epilogue / tile scheduler)",
+         lambda c: f"{c.kernel_schedule}/{c.epilogue_schedule}/{c.tile_scheduler}", str),
+        ("transform", _transform, lambda label: (label != "none", label)),
+    ]
+    fig = make_subplots(rows=2, cols=2, specs=[[{"colspan": 2}, None], [{}, {}]], vertical_spacing=0.2,
+                        horizontal_spacing=0.06, subplot_titles=[title for title, _, _ in groups])
+    for (title, label, key), (row, col) in zip(groups, [(1, 1), (2, 1), (2, 2)]):
+        labels = [label(r.config) for r in d.measured]
+        fig.add_trace(go.Box(x=labels, y=[r.median_us for r in d.measured], boxpoints="all", jitter=0.4, pointpos=0,
+                             name=title, showlegend=False, hovertext=[_hover(r) for r in d.measured],
+                             hoverinfo="text", marker=dict(color="#4c78a8", size=6), line=dict(color="#4c78a8")),
+                      row=row, col=col)
+        fig.update_xaxes(categoryorder="array", categoryarray=sorted(set(labels), key=key), tickangle=-30,
+                         row=row, col=col)
+        fig.update_yaxes(title_text="time (µs)" if col == 1 else None, rangemode="tozero", row=row, col=col)
     fig.update_annotations(font_size=12)
     if d.cublas_us:
         fig.add_hline(y=d.cublas_us, line=dict(color="#54a24b", dash="dash"), row="all", col="all",
                       annotation_text="cuBLAS", annotation_position="top left", annotation_font_color="#54a24b")
-    fig.update_yaxes(title_text="time (µs)", rangemode="tozero", row=1, col=1)
-    fig.update_layout(height=480)
+    fig.update_layout(height=760)
     return fig
 
 

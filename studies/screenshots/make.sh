@@ -24,7 +24,7 @@ shot() {  # shot URL HEIGHT PNG
 }
 
 python3 -m cutsearch report "$STUDY" --storage "$WORK/studies/$STUDY/journal.log" --out "$WORK/report.html"
-shot "file://$WORK/report.html" 3200 report-asr_out.png
+shot "file://$WORK/report.html" 3500 report-asr_out.png
 
 python3 -m cutsearch dashboard "$STUDY" --studies-dir "$WORK/studies" --port "$PORT" &
 SERVER=$!

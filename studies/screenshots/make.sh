@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Screenshots of the dashboard and of the report of the recorded asr_out smoke study
+# Screenshots of the dashboard and of the report of the recorded 64-trial asr_out study
 # (fc-4096x5000x1024-f16), taken by headless Chromium. Needs `pip install -e .` and chromium.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -14,7 +14,7 @@ trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; wait; rm -rf "$WORK"' EXIT
 
 # A copy: the recording stays untouched.
 mkdir -p "$WORK/studies/$STUDY"
-cp "../recorded/h200-smoke/journals/$STUDY.log" "$WORK/studies/$STUDY/journal.log"
+cp "../recorded/h200-2026-11-30/journals/$STUDY.log" "$WORK/studies/$STUDY/journal.log"
 
 shot() {  # shot URL HEIGHT PNG
   "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \

@@ -115,9 +115,14 @@ def load_layers(path: Path) -> dict[str, Layer]:
         raise UserError(f"layer file {path} does not exist") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"layer file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:  # a directory, no permission...
+        raise UserError(f"cannot read layer file {path}: {exc.strerror or exc}") from None
     if "layer" in data and isinstance(data["layer"], dict):
         table = data["layer"]
-        return {table.get("name", Path(path).stem): Layer.from_dict(table, name=table.get("name", Path(path).stem))}
+        name = table.get("name", Path(path).stem)
+        if not isinstance(name, str):
+            raise UserError(f"layer file {path}: name must be a string, got {name!r}")
+        return {name: Layer.from_dict(table, name=name)}
     layers = {}
     for name, table in data.items():
         if not isinstance(table, dict):
@@ -125,6 +130,8 @@ def load_layers(path: Path) -> dict[str, Layer]:
         fields = {key: value for key, value in table.items() if key in {"M", "N", "K", "dtype", "dtypes", "bias", "activation"}}
         dtypes = fields.pop("dtypes", None) or [fields.pop("dtype", "f16")]
         fields.pop("dtype", None)
+        if not isinstance(dtypes, list):
+            raise UserError(f"layer {name!r}: dtypes must be a list such as [\"f16\", \"bf16\"], got {dtypes!r}")
         for dtype in dtypes:
             key = name if len(dtypes) == 1 else f"{name}-{dtype}"
             layers[key] = Layer.from_dict({**fields, "dtype": dtype}, name=key)

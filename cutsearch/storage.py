@@ -173,24 +173,30 @@ def _alive_here(owner: str) -> bool | None:
 
 
 def reap_stale(study: optuna.Study, *, grace_s: float = GRACE_S) -> list[int]:
-    """Fail RUNNING trials whose process died (killed run), so none stays RUNNING for ever."""
+    """Fail RUNNING trials whose process died (killed run), so none stays RUNNING for ever.
+
+    It runs under the budget lock, under which the search asks a trial and claims it as one
+    step: a RUNNING trial with no owner was asked by a process that died before claiming it.
+    """
     reaped = []
-    now = time.time()
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = trial.system_attrs.get(OWNER)
-        beat = trial.system_attrs.get(HEARTBEAT, trial.datetime_start.timestamp() if trial.datetime_start else now)
-        alive = _alive_here(owner) if owner else None
-        stale = alive is False or (alive is None and now - beat > grace_s)
-        if owner == owner_id():
-            stale = False
-        if stale:
-            try:
-                study._storage.set_trial_user_attr(trial._trial_id, "failure", {
-                    "kind": FailureKind.INTERRUPTED.value, "message": f"its process ({owner}) stopped before it finished", "log": ""})
-                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-                reaped.append(trial.number)
-            except (RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
-                pass  # another worker reaped it first
+    with budget_lock(study):
+        now = time.time()
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = trial.system_attrs.get(OWNER)
+            beat = trial.system_attrs.get(HEARTBEAT, trial.datetime_start.timestamp() if trial.datetime_start else now)
+            alive = _alive_here(owner) if owner else False
+            stale = alive is False or (alive is None and now - beat > grace_s)
+            if owner == owner_id():
+                stale = False
+            if stale:
+                try:
+                    study._storage.set_trial_user_attr(trial._trial_id, "failure", {
+                        "kind": FailureKind.INTERRUPTED.value,
+                        "message": f"its process ({owner or 'unknown'}) stopped before it finished", "log": ""})
+                    study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                    reaped.append(trial.number)
+                except (RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+                    pass  # another worker reaped it first
     return reaped
 
 

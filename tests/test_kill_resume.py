@@ -82,10 +82,16 @@ class Run:
             if self.proc.poll() is not None:
                 pytest.fail(f"the run ended (exit {self.proc.returncode}) before {what}:\n{self.log.read_text()}")
             if time.monotonic() > deadline:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.kill()
                 pytest.fail(f"no {what} within {WAIT_S:.0f} s:\n{self.log.read_text()}")
             time.sleep(0.02)
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.kill()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it had already finished, with all its children
+            pass
         self.proc.wait()
 
     def finish(self) -> None:
@@ -93,7 +99,7 @@ class Run:
             assert self.proc.wait(timeout=300) == 0, self.log.read_text()
         finally:
             if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.kill()
 
     # ---- what is on disk ----
 
@@ -284,3 +290,37 @@ def test_rename_based_writers_leave_a_whole_version_whenever_they_are_killed(tmp
                 meta = persist.verify_dir(target)
                 assert (target / "blob.bin").read_bytes() == bytes([meta["version"] % 256]) * (8 << 20)
             assert not [p.name for p in tmp_path.glob(".best.*") if ".old-" not in p.name]
+
+
+# ---- reaping what killed runs left RUNNING -----------------------------------------------------------
+
+def test_reaping_fails_the_trials_of_dead_processes_and_spares_the_living(tmp_path):
+    from cutsearch import storage as storage_mod
+
+    study = optuna.create_study(study_name="reap", storage=storage_mod.open_storage(tmp_path / "journal.log"))
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        host = storage_mod.owner_id().rpartition(":")[0]
+        owners = {"living": f"{host}:{alive.pid}", "dead": f"{host}:{dead.pid}", "self": storage_mod.owner_id(),
+                  "unclaimed": None}
+        trials = {}
+        for name, owner in owners.items():
+            trial = study.ask()
+            if owner is not None:
+                study._storage.set_trial_system_attr(trial._trial_id, storage_mod.OWNER, owner)
+            trials[name] = trial.number
+        reaped = storage_mod.reap_stale(study)
+    finally:
+        alive.kill()
+        alive.wait()
+    # A trial asked but never claimed was asked by a process that died between the two steps
+    # (the search does both under the budget lock, which the reaper holds too).
+    assert sorted(reaped) == sorted([trials["dead"], trials["unclaimed"]])
+    states = {t.number: t for t in study.get_trials()}
+    for name in ("dead", "unclaimed"):
+        assert states[trials[name]].state == TrialState.FAIL
+        assert states[trials[name]].user_attrs["failure"]["kind"] == "interrupted"
+    assert states[trials["living"]].state == TrialState.RUNNING
+    assert states[trials["self"]].state == TrialState.RUNNING

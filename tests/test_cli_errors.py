@@ -1,0 +1,286 @@
+"""Bad input and a bad environment: one clear line on stderr, a non-zero exit, nothing corrupted.
+
+Every case runs the real command line in a child process (no traceback may reach the user),
+except those that need a machine state a test cannot make for real (a full disk, a GPU that is
+not a Hopper), which drive the library in-process and check the error it raises.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cutsearch.cache import Cache
+from cutsearch.compiler import Compiler, Toolchain
+from cutsearch.errors import EnvironmentProblem, UserError
+from tests.fakes import fault_source
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDING = ROOT / "studies" / "recorded" / "h200-smoke" / "fc-16x4096x4096-f16.json"
+LAYER = ["--m", "16", "--n", "4096", "--k", "4096"]
+REPLAY = ["--evaluator", "replay", "--recording", str(RECORDING)]
+
+
+def cutsearch(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "cutsearch", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or ROOT, timeout=300)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    """The single line on stderr, after checking there is nothing else and no traceback."""
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def nothing_written(studies: Path) -> bool:
+    return not studies.exists() or not [p for p in studies.rglob("*") if p.is_file()]
+
+
+@pytest.fixture
+def studies(private_dirs) -> Path:
+    return private_dirs[0]
+
+
+def fake_nvcc(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "fake-bin" / "nvcc"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return script
+
+
+NVCC_13 = 'case "$1" in --version) echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0;; esac\n'
+
+
+# ---- the layer ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["--m", "0", "--n", "64", "--k", "64"], ["M must be positive, got 0"]),
+    (["--m", "64", "--n", "-8", "--k", "64"], ["N must be positive, got -8"]),
+    (["--m", "64", "--n", "64", "--k", "0"], ["K must be positive"]),
+    (["--m", "64", "--n", "1.5", "--k", "64"], ["'--n'", "integer"]),
+    (["--m", "abc", "--n", "64", "--k", "64"], ["'--m'", "integer"]),
+    (["--m", "64", "--n", "64", "--k", "3000000000"], ["K=3000000000 is beyond int32"]),
+    (["--m", "2000000", "--n", "2000000", "--k", "16"], ["7451 GiB", "64 GiB"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--dtype", "f32"], ["unsupported dtype 'f32'", "f16, bf16"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--activation", "tanh"], ["unsupported activation 'tanh'"]),
+    (["--m", "64", "--n", "64"], ["--m M --n N --k K"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--timeout", "soon"], ["cannot read duration 'soon'"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--jobs", "0"], ["--jobs must be positive"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--study", "../escape"], ["study name '../escape'"]),
+], ids=["M-zero", "N-negative", "K-zero", "N-not-integer", "M-not-a-number", "K-beyond-int32",
+        "beyond-memory", "dtype", "activation", "K-missing", "duration", "jobs", "study-name"])
+def test_bad_layer_or_option_is_one_line_and_writes_nothing(studies, args, fragments):
+    one_line_error(cutsearch("search", *args, *REPLAY), *fragments)
+    assert nothing_written(studies)
+
+
+@pytest.mark.parametrize(("content", "fragments"), [
+    (None, ["does not exist"]),
+    ("directory", ["cannot read layer file"]),
+    ("[layer\nM = 1", ["is not valid TOML"]),
+    ("[layer]\nM = 64\nN = 64\n", ["layer is missing 'K'"]),
+    ("[fc1]\nM = 64\nN = 64\nK = 64\ndtypes = true\n", ["dtypes must be a list"]),
+    ("[layer]\nM = 64\nN = 64\nK = 64\ndtype = \"int8\"\n", ["unsupported dtype 'int8'"]),
+    ("[layer]\nM = 64\nN = 64\nK = 64\nbias = \"yes\"\n", ["bias must be true or false"]),
+    ("[layer]\nM = 64\nN = 64\nK = 64\nstride = 2\n", ["unknown layer key(s): stride"]),
+], ids=["missing", "directory", "not-toml", "no-K", "dtypes-not-a-list", "dtype", "bias", "unknown-key"])
+def test_bad_layer_file_is_one_line_and_writes_nothing(studies, tmp_path, content, fragments):
+    path = tmp_path / "layer.toml"
+    if content == "directory":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    one_line_error(cutsearch("search", str(path), *REPLAY), *fragments)
+    assert nothing_written(studies)
+
+
+def test_zero_trials_is_one_line_and_leaves_an_empty_study(studies):
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--trials", "0"), "--trials must be positive")
+
+
+# ---- the toolkit -------------------------------------------------------------------------------------
+
+def test_no_nvcc_anywhere_is_one_line(tmp_path):
+    path = "/usr/bin:/bin"
+    if shutil.which("nvcc", path=path):
+        pytest.skip("nvcc is installed in /usr/bin or /bin")
+    env = {"PATH": path, "CUDA_HOME": str(tmp_path / "no-cuda"), "CUDA_PATH": str(tmp_path / "no-cuda"),
+           "CUTSEARCH_NVCC": ""}
+    one_line_error(cutsearch("search", *LAYER, "--evaluator", "gpu", env=env), "nvcc not found",
+                   "CUDA toolkit (12.0 or newer)")
+
+
+def test_nvcc_path_that_does_not_exist_is_one_line(tmp_path):
+    missing = str(tmp_path / "nowhere" / "nvcc")
+    one_line_error(cutsearch("search", *LAYER, "--evaluator", "gpu", env={"CUTSEARCH_NVCC": missing}),
+                   f"cannot run {missing}")
+
+
+@pytest.mark.parametrize(("version", "fragments"), [
+    ('echo "Cuda compilation tools, release 11.8, V11.8.89"\n', ["nvcc 11.8 is too old", "CUDA 12.0 or newer"]),
+    ('echo "something else entirely"\n', ["cannot read the version of"]),
+], ids=["too-old", "unreadable"])
+def test_unusable_nvcc_is_one_line(tmp_path, version, fragments):
+    nvcc = fake_nvcc(tmp_path, version)
+    one_line_error(cutsearch("search", *LAYER, "--evaluator", "gpu", env={"CUTSEARCH_NVCC": str(nvcc)}),
+                   *fragments)
+
+
+# ---- the GPU -----------------------------------------------------------------------------------------
+
+def _cuda_visible() -> bool:
+    probe = "import sys\ntry:\n import torch\nexcept ImportError:\n sys.exit(1)\nsys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=300).returncode == 0
+
+
+def test_no_gpu_is_one_line_from_the_worker(tmp_path):
+    if _cuda_visible():
+        pytest.skip("a CUDA GPU is visible here")
+    nvcc = fake_nvcc(tmp_path, NVCC_13)  # a toolkit that passes, so the GPU is what is missing
+    line = one_line_error(cutsearch("search", *LAYER, "--evaluator", "gpu", env={"CUTSEARCH_NVCC": str(nvcc)}),
+                          "cannot use GPU 0:")
+    assert "no CUDA GPU" in line or "torch is not installed" in line
+
+
+class _Ampere:
+    """A worker whose GPU is an A100."""
+
+    def call(self, request, timeout_s):
+        from cutsearch.worker import DeviceInfo
+
+        return DeviceInfo(name="NVIDIA A100-SXM4-80GB", capability=(8, 0), sm_count=108, l2_bytes=40 << 20,
+                          memory_bytes=80 << 30, driver="13.0", torch="2.11")
+
+    def close(self):
+        pass
+
+
+def test_gpu_that_is_not_a_hopper_is_one_clear_error(tmp_path):
+    from cutsearch import tuner
+    from cutsearch.evaluator import GpuEvaluator
+    from cutsearch.problem import Layer
+
+    toolchain = Toolchain(nvcc="nvcc", nvcc_version="13.0", cutlass_version="4.2.0")
+    evaluator = GpuEvaluator(cache_dir=tmp_path / "kernels", worker=_Ampere(), toolchain=toolchain)
+    with pytest.raises(EnvironmentProblem) as raised:
+        tuner.tune(Layer(m=64, n=64, k=64), trials=2, evaluator=evaluator)
+    message = str(raised.value)
+    assert "A100" in message and "sm_80" in message and "Hopper" in message and "\n" not in message
+
+
+# ---- the storage -------------------------------------------------------------------------------------
+
+def test_unreachable_storage_is_one_line_without_the_password(studies):
+    line = one_line_error(cutsearch("search", *LAYER, *REPLAY, "--storage",
+                                    "postgresql://nobody:secret@127.0.0.1:1/x"), "cannot open storage")
+    assert "secret" not in line
+
+
+def test_unreachable_storage_for_a_worker_is_one_line():
+    one_line_error(cutsearch("worker", "--study", "s", "--storage", "postgresql://nobody@127.0.0.1:1/x",
+                             "--evaluator", "model"), "cannot open storage")
+
+
+def test_worker_for_a_study_that_does_not_exist_is_one_line(studies):
+    one_line_error(cutsearch("worker", "--study", "nosuch", "--evaluator", "model"), "no study named 'nosuch'")
+
+
+@pytest.mark.parametrize("garbage", [b"\x00\xff\xfe garbage \x80\n\x81\n", b"hello\nworld\n{\"op_code\": 99}\n",
+                                     b"not a journal, no newline"], ids=["binary", "text", "torn-garbage"])
+def test_corrupted_study_file_is_one_line_and_left_as_it_was(studies, garbage):
+    journal = studies / "broken" / "journal.log"
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(garbage)
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--study", "broken"), "is corrupted", str(journal))
+    assert journal.read_bytes() == garbage
+
+
+def test_journal_cut_short_by_a_crash_resumes_and_stays_readable(studies):
+    assert cutsearch("search", *LAYER, *REPLAY, "--study", "cut", "--trials", "2").returncode == 0
+    journal = studies / "cut" / "journal.log"
+    journal.write_bytes(journal.read_bytes()[:-40])  # the last record without its end
+    resumed = cutsearch("search", *LAYER, *REPLAY, "--study", "cut", "--trials", "4")
+    assert resumed.returncode == 0, resumed.stderr
+    again = cutsearch("search", *LAYER, *REPLAY, "--study", "cut", "--trials", "5")
+    assert again.returncode == 0, again.stderr
+    assert journal.read_bytes().endswith(b"\n")
+
+
+def test_study_directory_that_cannot_be_written_is_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--studies-dir", str(blocker / "studies")),
+                   "cannot write the study directory")
+    assert blocker.read_text() == "not a directory"
+
+
+# ---- a full disk while compiling (in-process: no test may fill a real disk) --------------------------
+
+def _no_staging(root: Path) -> bool:
+    return not list(root.glob(".build-*"))
+
+
+def test_nvcc_reporting_a_full_disk_is_an_environment_problem_not_a_compile_error(tmp_path, monkeypatch):
+    nvcc = fake_nvcc(tmp_path, NVCC_13 + 'echo "kernel.cu: fatal error: No space left on device" >&2\nexit 1\n')
+    monkeypatch.setenv("CUTSEARCH_NVCC", str(nvcc))
+    compiler = Compiler(Cache(tmp_path / "kernels"), Toolchain.find("4.2.0"), jobs=1)
+    with pytest.raises(EnvironmentProblem, match="is full: free space and resume"):
+        compiler.compile(fault_source("correct", tag="enospc"))
+    # Nothing remembered: once there is space again, the kernel is built, not failed from cache.
+    assert compiler.lookup(fault_source("correct", tag="enospc")) is None
+    assert _no_staging(tmp_path / "kernels")
+
+
+@pytest.mark.parametrize("where", ["staging", "commit"])
+def test_a_full_disk_in_the_cache_is_an_environment_problem_and_leaves_no_staging(tmp_path, monkeypatch, where):
+    nvcc = fake_nvcc(tmp_path, NVCC_13 + 'while [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; shift; done\nexit 0\n')
+    monkeypatch.setenv("CUTSEARCH_NVCC", str(nvcc))
+    root = tmp_path / "kernels"
+    compiler = Compiler(Cache(root), Toolchain.find("4.2.0"), jobs=1)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Cache, where, full)
+    with pytest.raises(EnvironmentProblem, match="is full: free space and resume") as raised:
+        compiler.compile(fault_source("correct", tag=f"enospc-{where}"))
+    assert str(root) in str(raised.value)
+    assert _no_staging(root)
+    assert not [p for p in root.glob("*/*") if p.is_dir()] if root.exists() else True
+
+
+# ---- export into a directory that is not ours --------------------------------------------------------
+
+def test_export_into_a_foreign_directory_is_refused_and_leaves_it_alone(studies, tmp_path):
+    try:
+        from cutsearch.export import export
+    except ImportError:
+        pytest.xfail("cutsearch.export is not written yet")
+    from cutsearch.workspace import Workspace
+
+    assert cutsearch("search", *LAYER, *REPLAY, "--study", "exported", "--trials", "1").returncode == 0
+    foreign = tmp_path / "someone-elses"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("years of work")
+    before = hashlib.sha256((foreign / "thesis.tex").read_bytes()).hexdigest()
+    for force in (False, True):
+        with pytest.raises(UserError, match=str(foreign)):
+            export("exported", out=foreign, workspace=Workspace(studies), force=force)
+    one_line_error(cutsearch("export", "exported", "--out", str(foreign), "--force"), str(foreign))
+    assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
+    assert hashlib.sha256((foreign / "thesis.tex").read_bytes()).hexdigest() == before

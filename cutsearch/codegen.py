@@ -51,6 +51,9 @@ def cutlass_include_dirs() -> list[Path]:
 
 @functools.cache
 def _cutlass():
+    # cutlass_library skips importing its generator when sys.argv holds "-m" (pytest -m gpu
+    # does): import it explicitly, the option registry needs it.
+    import cutlass_library.generator  # noqa: F401
     import cutlass_cppgen
     import cutlass_library
     from cutlass_cppgen.library_defaults import OptionRegistry

@@ -1,0 +1,129 @@
+"""Export and load, without a GPU: a study whose best kernel was really compiled by nvcc.
+
+The kernel is the small test kernel of tests/fault (it exports the real C ABI and builds in
+seconds); the GPU worker is the fake of tests/fakes.py. Everything else is the real pipeline:
+tuner, Compiler, persisted best, export, hash and arch checks, and a C++ program linked
+against the exported library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import cutsearch
+from cutsearch import codegen
+from cutsearch.errors import UserError
+from cutsearch.evaluator import GpuEvaluator
+from cutsearch.export import HEADER, LIBRARY, export
+from cutsearch.pool import WorkerProcess
+from cutsearch.workspace import Workspace
+from tests import fakes
+
+pytestmark = pytest.mark.nvcc
+
+LAYER = cutsearch.Layer(m=64, n=64, k=64)
+
+
+def _study(root: Path, name: str, *, speedup_high: bool, monkeypatch) -> Workspace:
+    """A study of LAYER whose kernels are built for real and measured by the fake worker."""
+    monkeypatch.setattr(codegen, "render", lambda layer, config: fakes.fault_source("correct", tag=config.key))
+    # The fake times a kernel at max(1, 1000 - (now - epoch)) µs against 50 µs for cuBLAS.
+    monkeypatch.setenv(fakes.EPOCH_ENV, str(time.time() - (995 if speedup_high else 0)))
+    ws = Workspace(root)
+    evaluator = GpuEvaluator(cache_dir=root / "kernels", jobs=2, worker=WorkerProcess(serve=fakes.serve))
+    try:
+        cutsearch.tune(LAYER, trials=2, study=name, evaluator=evaluator, batch=2, workspace=ws, command="pytest")
+    finally:
+        evaluator.close()
+    return ws
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("studies")
+    try:
+        ws = _study(root, "fast", speedup_high=True, monkeypatch=mp)
+        target = export("fast", out=root / "export", workspace=ws)
+    finally:
+        mp.undo()
+    return ws, target
+
+
+def test_export_writes_a_self_contained_directory_with_every_hash(exported):
+    _, target = exported
+    meta = json.loads((target / "meta.json").read_text())
+    assert meta["backend"] == "cutlass" and meta["exported_by"] == "cutsearch"
+    assert set(meta["files"]) == {"kernel.cu", LIBRARY, HEADER, "CMakeLists.txt", "example.cpp", "README.md"}
+    assert meta["layer"] == LAYER.to_dict()
+    assert meta["transforms"] == {"swap_ab": False, "pad_n": 64, "pad_k": 64} or meta["transforms"]["pad_n"] == 64
+    assert meta["speedup"] > 1 and meta["timing_us"]["median_us"] < meta["cublas_us"]
+    assert meta["arch"] == "sm_90a"
+    assert "int cs_create(" in (target / HEADER).read_text()
+
+
+def test_load_checks_the_architecture_before_loading(exported):
+    _, target = exported
+    with pytest.raises(UserError, match="built for sm_90a"):
+        cutsearch.load(target, capability=(8, 0))
+    layer = cutsearch.load(target, capability=(9, 0))  # loads the library: no GPU needed for that
+    assert layer.backend == "cutlass" and (layer.m, layer.n, layer.k) == (64, 64, 64)
+
+
+@pytest.mark.parametrize("damage", ["tamper", "delete"])
+def test_a_tampered_or_missing_file_is_refused_before_anything_is_loaded(exported, tmp_path, damage):
+    _, target = exported
+    copy = tmp_path / "copy"
+    shutil.copytree(target, copy)
+    lib = copy / LIBRARY
+    if damage == "tamper":
+        data = bytearray(lib.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        lib.write_bytes(bytes(data))
+        match = "sha256"
+    else:
+        lib.unlink()
+        match = "missing"
+    with pytest.raises(UserError, match=match):
+        cutsearch.load(copy, capability=(9, 0))
+
+
+def test_the_cpp_example_compiles_and_links_against_the_exported_library(exported, tmp_path):
+    _, target = exported
+    exe = tmp_path / "example"
+    # nvcc as the driver: it knows the toolkit's include and library paths, and links cudart.
+    proc = subprocess.run(["nvcc", "-std=c++17", str(target / "example.cpp"), f"-I{target}", f"-L{target}",
+                           "-lcutsearch_fc", "-o", str(exe)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert os.access(exe, os.X_OK)
+
+
+def test_export_refuses_a_foreign_directory_and_needs_force_to_replace_its_own(exported, tmp_path):
+    ws, target = exported
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="not a cutsearch export"):
+        export("fast", out=foreign, workspace=ws)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    with pytest.raises(UserError, match="--force"):
+        export("fast", out=target, workspace=ws)
+    assert export("fast", out=target, workspace=ws, force=True) == target
+
+
+def test_a_study_that_never_beat_cublas_exports_a_cublas_fallback(tmp_path, monkeypatch):
+    ws = _study(tmp_path, "slow", speedup_high=False, monkeypatch=monkeypatch)
+    target = export("slow", out=tmp_path / "export", workspace=ws)
+    meta = json.loads((target / "meta.json").read_text())
+    assert meta["backend"] == "cublas"
+    assert meta["speedup"] == 1.0 and meta["best_kernel_speedup"] < 1
+    assert "calls cuBLAS" in meta["fallback_reason"]
+    layer = cutsearch.load(target)  # no architecture check: cuBLAS runs anywhere torch does
+    assert layer.backend == "cublas"

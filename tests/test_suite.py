@@ -1,0 +1,71 @@
+"""`cutsearch suite`: one record per layer and dtype, with the keys the benchmark file promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cutsearch.suite import geomean, record
+from cutsearch.search import SearchResult, TrialRecord
+from cutsearch.problem import Layer
+from cutsearch.space import Config
+
+KEYS = {"name", "M", "N", "K", "dtype", "bias", "cublas_us", "cutsearch_us", "speedup", "floor_us", "config",
+        "transforms"}
+
+
+def _result(speedup: float | None) -> SearchResult:
+    layer = Layer(m=16, n=4096, k=4096, bias=True)
+    config = Config(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="pingpong", epilogue_schedule="tma", swap_ab=True)
+    best = None
+    if speedup is not None:
+        meas = {"timing": {"median_us": 20.0 / speedup}, "knobs": {"raster": 1}, "baseline": {"median_us": 20.0}}
+        best = TrialRecord(number=3, config=config, median_us=20.0 / speedup, cublas_us=20.0, failure_kind=None,
+                           evaluation={"measurement": meas})
+    return SearchResult(study_name="s", layer=layer, best=best, trials=8, new_trials=8, new_compiles=8,
+                        failures={}, wall_s=1.0, source="measured")
+
+
+def test_a_winning_layer_records_its_kernel_and_transforms():
+    r = record("decode-f16", _result(1.25))
+    assert KEYS <= r.keys()
+    assert r["speedup"] == 1.25 and r["cutsearch_us"] == 16.0 and not r["fallback"]
+    assert r["transforms"]["swap_ab"] is True and r["config"]["tile_n"] == 16
+
+
+def test_a_layer_cublas_wins_counts_as_one_with_the_kernel_time_kept():
+    r = record("decode-f16", _result(0.8))
+    assert r["speedup"] == 1.0 and r["fallback"] and r["cutsearch_us"] == r["cublas_us"] == 20.0
+    assert r["kernel_us"] == 25.0 and "cuBLAS" in r["note"]
+
+
+def test_geomean_of_speedups():
+    assert abs(geomean([1.0, 4.0]) - 2.0) < 1e-12
+    assert geomean([]) is None
+
+
+def test_suite_command_with_the_model_evaluator_writes_one_record_per_layer_and_dtype(tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text('[tiny]\nM = 64\nN = 64\nK = 64\ndtypes = ["f16", "bf16"]\nbias = true\n'
+                     '[odd]\nM = 30\nN = 17\nK = 9\n')
+    proc = subprocess.run([sys.executable, "-m", "cutsearch", "suite", str(suite), "--trials", "3", "--evaluator",
+                           "model", "--studies-dir", str(tmp_path / "studies")], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (path,) = (tmp_path / "studies" / "results").glob("suite-model-evaluator-*.json")
+    body = json.loads(path.read_text())
+    assert [r["name"] for r in body["records"]] == ["tiny-f16", "tiny-bf16", "odd"]
+    for r in body["records"]:
+        assert KEYS <= r.keys()
+        assert r["source"] == "predicted"
+
+
+def test_suite_names_a_missing_layer_in_one_line(tmp_path):
+    suite = Path(tmp_path / "suite.toml")
+    suite.write_text("[tiny]\nM = 64\nN = 64\nK = 64\n")
+    proc = subprocess.run([sys.executable, "-m", "cutsearch", "suite", str(suite), "--only", "nope", "--evaluator",
+                           "model"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no layer named nope" in proc.stderr

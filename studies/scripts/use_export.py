@@ -61,6 +61,8 @@ def main():
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     ours = timed(lambda: fc(x, out=y), flush)
     theirs = timed(lambda: act(F.linear(x, w, b)), flush)
+    # A bias-free layer may call torch.mm instead: time that too, same inputs, same timer.
+    mm = timed(lambda: torch.mm(x, w.t()), flush) if b is None and spec["activation"] == "none" else None
     # Host cost of one call (arguments already prepared), synchronised each time.
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -69,7 +71,8 @@ def main():
     host_us = (time.perf_counter() - t0) / 200 * 1e6
     result = {
         "export": args.export, "layer": spec, "backend": fc.backend, "gpu": torch.cuda.get_device_name(),
-        "rel_error": err, "cutsearch_us": ours, "f_linear_us": theirs,
+        "rel_error": err, "cutsearch_us": ours, "f_linear_us": theirs, "torch_mm_us": mm,
+        "speedup_vs_mm": mm["median_us"] / ours["median_us"] if mm else None,
         "speedup_import": theirs["median_us"] / ours["median_us"],
         "speedup_search": fc.meta.get("speedup"),
         "search_us": (fc.meta.get("timing_us") or {}).get("median_us"),

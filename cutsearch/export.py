@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from cutsearch import codegen, persist
+from cutsearch.abi import ABI_VERSION
 from cutsearch.errors import UserError
 from cutsearch.problem import Layer
 from cutsearch.workspace import Workspace
 
 EXPORTED_BY = "cutsearch"
-ABI_VERSION = 2
 LIBRARY = "libcutsearch_fc.so"
 HEADER = "cutsearch_fc.h"
 

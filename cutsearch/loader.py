@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cutsearch import persist
+from cutsearch.abi import ABI_VERSION, open_library
 from cutsearch.errors import UserError
-
-ABI_VERSION = 2
 
 _DTYPES = {"f16": ("float16", "<f2"), "bf16": ("bfloat16", None)}
 
@@ -99,7 +98,7 @@ class FcLayer:
         t = meta["transforms"]
         self.pad_n, self.pad_k = t["pad_n"], t["pad_k"]
         self.knobs = meta.get("knobs") or {}
-        self._lib = _open(path / meta["library"]) if meta.get("library") and self.backend == "cutlass" else None
+        self._lib = open_library(path / meta["library"]) if meta.get("library") and self.backend == "cutlass" else None
         self._handles: dict[int, tuple[ctypes.c_void_p, int]] = {}
         self._w_ptr = self._b_ptr = None
         self._prepared: tuple[Any, Any] | None = None
@@ -285,23 +284,6 @@ def _make_namespace(mod: str):
         raise UserError("pass torch tensors or CuPy arrays (needed to allocate outputs and padded weights)") from None
 
 
-def _open(path: Path):
-    lib = ctypes.CDLL(str(path))
-    vp, i = ctypes.c_void_p, ctypes.c_int
-    lib.cs_abi_version.restype = i
-    lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i]
-    lib.cs_create.restype = i
-    lib.cs_workspace_size.argtypes = [vp]
-    lib.cs_workspace_size.restype = ctypes.c_size_t
-    lib.cs_bind.argtypes = [vp, vp, vp, vp, vp, vp]
-    lib.cs_bind.restype = i
-    lib.cs_run.argtypes = [vp, vp]
-    lib.cs_run.restype = i
-    lib.cs_error.argtypes = [vp]
-    lib.cs_error.restype = ctypes.c_char_p
-    lib.cs_destroy.argtypes = [vp]
-    lib.cs_destroy.restype = None
-    return lib
 
 
 def load(path: str | Path, *, device: int = 0, any_m: bool = False, capability: tuple[int, int] | None = None) -> FcLayer:

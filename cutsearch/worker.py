@@ -339,19 +339,8 @@ def _poisoned(exc: Exception) -> bool:
 def _load(path: str, state: dict[str, Any]):
     libs = state["libs"]
     if path not in libs:
-        lib = ctypes.CDLL(path)
-        vp, i, c = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
-        lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i]
-        lib.cs_create.restype = i
-        lib.cs_workspace_size.argtypes = [vp]
-        lib.cs_workspace_size.restype = ctypes.c_size_t
-        lib.cs_bind.argtypes = [vp, vp, vp, vp, vp, vp]
-        lib.cs_bind.restype = i
-        lib.cs_run.argtypes = [vp, vp]
-        lib.cs_run.restype = i
-        lib.cs_error.argtypes = [vp]
-        lib.cs_error.restype = c
-        lib.cs_destroy.argtypes = [vp]
-        lib.cs_destroy.restype = None
+        from cutsearch.abi import open_library
+
+        lib = open_library(path)
         libs[path] = lib
     return libs[path]

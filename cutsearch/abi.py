@@ -1,0 +1,28 @@
+"""The C ABI every cutsearch kernel library exports (templates/launcher.cu), seen from ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+ABI_VERSION = 2
+
+
+def open_library(path: str | Path) -> ctypes.CDLL:
+    """Load a kernel library and declare its functions (loading runs its initialisers)."""
+    lib = ctypes.CDLL(str(path))
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    lib.cs_abi_version.restype = i
+    lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i]
+    lib.cs_create.restype = i
+    lib.cs_workspace_size.argtypes = [vp]
+    lib.cs_workspace_size.restype = ctypes.c_size_t
+    lib.cs_bind.argtypes = [vp, vp, vp, vp, vp, vp]
+    lib.cs_bind.restype = i
+    lib.cs_run.argtypes = [vp, vp]
+    lib.cs_run.restype = i
+    lib.cs_error.argtypes = [vp]
+    lib.cs_error.restype = ctypes.c_char_p
+    lib.cs_destroy.argtypes = [vp]
+    lib.cs_destroy.restype = None
+    return lib

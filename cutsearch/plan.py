@@ -16,6 +16,7 @@ and proposes the shapes whose summed saving reaches a threshold, as a suite TOML
 from __future__ import annotations
 
 import dataclasses
+import math
 import json
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
@@ -389,8 +390,13 @@ def normalize_exports(exports: dict[Any, Any]) -> dict[Shape, Path]:
     return out
 
 
-def match(seen: dict[str, set[Shape]], exports: dict[Shape, Path]) -> tuple[dict[str, Path], dict[str, str]]:
-    """Which nn.Linear (by module name) takes which export, and why each other one does not."""
+def match(seen: dict[str, set[Shape]], exports: dict[Shape, Path], *,
+          any_m: bool = False) -> tuple[dict[str, Path], dict[str, str]]:
+    """Which nn.Linear (by module name) takes which export, and why each other one does not.
+
+    With `any_m`, a call with no export of its exact shape takes the export of the same N, K,
+    dtype and bias whose M is nearest in ratio (the kernel is correct for any M, tuned for its own).
+    """
     chosen: dict[str, Path] = {}
     skipped: dict[str, str] = {}
     for name, shapes in sorted(seen.items()):
@@ -403,6 +409,10 @@ def match(seen: dict[str, set[Shape]], exports: dict[Shape, Path]) -> tuple[dict
         (shape,) = shapes
         if shape in exports:
             chosen[name] = exports[shape]
+        elif any_m:
+            kin = [e for e in exports if (e.n, e.k, e.dtype, e.bias) == (shape.n, shape.k, shape.dtype, shape.bias)]
+            if kin:
+                chosen[name] = exports[min(kin, key=lambda e: (abs(math.log(e.m / shape.m)), e.m))]
     return chosen, skipped
 
 

@@ -204,6 +204,16 @@ def test_a_linear_is_replaced_only_if_it_sees_one_shape_and_that_shape_has_an_ex
     assert list(skipped) == ["decode"] and "called with 2 shapes" in skipped["decode"]
 
 
+def test_any_m_lets_a_call_take_the_export_of_its_n_and_k_with_the_nearest_m():
+    searched_big = FC1._replace(m=FC1.m * 2)
+    searched_small = FC1._replace(m=FC1.m // 8)
+    other_k = FC1._replace(m=FC1.m, k=FC1.k * 2)
+    exports = {searched_big: Path("exports/big"), searched_small: Path("exports/small"), other_k: Path("exports/k")}
+    assert match({"fc1": {FC1}}, exports) == ({}, {})
+    chosen, _ = match({"fc1": {FC1}}, exports, any_m=True)
+    assert chosen == {"fc1": Path("exports/big")}
+
+
 def test_comparison_predicts_from_each_exports_searched_speedup(acoustic):
     applied = [dataclasses.replace(r, kind=CUTSEARCH, total_us=r.total_us / 1.25, export="exports/fc1",
                                    export_speedup=1.2) if r.shape == FC1 else r for r in acoustic.rows]

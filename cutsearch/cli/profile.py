@@ -142,7 +142,7 @@ def apply_cmd(
     before = _stamp(profiler.profile(net, inputs, name=name, warmup=warmup, reps=reps), model, dtype)
     reference = profiler.forward(net, inputs)
     seen = profiler.record_shapes(net, inputs)
-    chosen, skipped = plan.match(seen, found)
+    chosen, skipped = plan.match(seen, found, any_m=any_m)
     if not chosen:
         calls = sorted({s for shapes in seen.values() for s in shapes})
         raise UserError(f"none of the {len(found)} export(s) ({', '.join(s.label for s in found)}) matches a Linear "

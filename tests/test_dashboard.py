@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -21,29 +20,14 @@ from cutsearch import persist
 from cutsearch.dashboard import is_loopback, publish_best, serve
 from cutsearch.errors import UserError
 from cutsearch.storage import open_storage
+from tests.browser import SCREENSHOTS, chromium, needs_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "studies" / "recorded" / "h200-smoke" / "journals"
-SCREENSHOTS = ROOT / "test-artifacts"
 STUDY = "fc-4096x5000x1024-f16"
 # The recording: 16 trials, of which 4 were measured (trial 2 fastest); 12 were enqueued, never run.
 MEASURED = {0: 107.29599744081497, 1: 78.65600287914276, 2: 70.8640031516552, 3: 71.16799801588058}
 KERNEL = "// the best kernel's source\n"
-
-CHROMIUM = os.environ.get("CUTSEARCH_TEST_CHROMIUM") or shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (CI installs it)")
-
-
-def chromium(url: str, screenshot: Path, profile: Path, *, height: int) -> str:
-    """The DOM of `url` once its scripts ran, with a PNG of the page kept at `screenshot`."""
-    screenshot.parent.mkdir(parents=True, exist_ok=True)
-    run = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                          f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--hide-scrollbars",
-                          f"--window-size=1280,{height}", f"--screenshot={screenshot}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout
 
 
 def get(url: str) -> bytes:

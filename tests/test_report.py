@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import optuna
@@ -18,27 +16,12 @@ from cutsearch.problem import Layer
 from cutsearch.report import build_report, trim_log
 from cutsearch.search import open_study, search
 from cutsearch.storage import open_storage
+from tests.browser import SCREENSHOTS, chromium, needs_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "studies" / "recorded" / "h200-smoke" / "journals"
-SCREENSHOTS = ROOT / "test-artifacts"
 ASR_OUT = "fc-4096x5000x1024-f16"
 GELU = "fc-3000x1001x999-bf16-bias-gelu"
-
-CHROMIUM = os.environ.get("CUTSEARCH_TEST_CHROMIUM") or shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (CI installs it)")
-
-
-def chromium(url: str, screenshot: Path, profile: Path, *, height: int) -> str:
-    """The DOM of `url` once its scripts ran, with a PNG of the page kept at `screenshot`."""
-    screenshot.parent.mkdir(parents=True, exist_ok=True)
-    run = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                          f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--hide-scrollbars",
-                          f"--window-size=1280,{height}", f"--screenshot={screenshot}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout
 
 
 def recorded(tmp_path: Path, study: str) -> str:

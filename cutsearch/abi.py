@@ -5,7 +5,14 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-ABI_VERSION = 2
+ABI_VERSION = 3
+# cs_create's io flags: the layouts the caller hands over and accepts.
+IO_X_PADDED = 1
+IO_Y_PADDED = 2
+
+
+def io_flags(x_padded: bool, y_padded: bool) -> int:
+    return (IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0)
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
@@ -13,7 +20,7 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     vp, i = ctypes.c_void_p, ctypes.c_int
     lib.cs_abi_version.restype = i
-    lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i]
+    lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i, i]
     lib.cs_create.restype = i
     lib.cs_workspace_size.argtypes = [vp]
     lib.cs_workspace_size.restype = ctypes.c_size_t

@@ -34,8 +34,50 @@ class KernelSource:
     libraries: tuple[str, ...] = ()  # extra libraries to link, e.g. ("cublas",)
 
     @property
+    def parts(self) -> tuple[str, str] | None:
+        """(headers and shared code, the kernel's own part), where the source can share a unit."""
+        at = self.code.find(KERNEL_PART)
+        return None if at < 0 else (self.code[:at], self.code[at:])
+
+    @property
     def digest(self) -> str:
         return hashlib.sha256(self.code.encode() + repr(self.libraries).encode()).hexdigest()
+
+
+# The launcher's marker between what kernels can share and what each owns (templates/launcher.cu).
+KERNEL_PART = "// ==== one kernel ===="
+_NAMESPACE = "CUTSEARCH_NAMESPACE"
+# The C ABI's functions: renamed per kernel where several share one library.
+ABI_FUNCTIONS = ("cs_abi_version", "cs_kernel_name", "cs_error", "cs_workspace_size", "cs_create", "cs_bind",
+                 "cs_run", "cs_destroy")
+
+
+def batch_unit(sources: list[KernelSource]) -> tuple[str, list[str]] | None:
+    """One translation unit holding every source, and the symbol prefix of each one's C ABI.
+
+    Headers are parsed once for all. Each kernel keeps its own namespace, so its code and
+    symbols are those of its own unit. None where the sources cannot share a unit.
+    """
+    parts = [s.parts for s in sources]
+    if any(p is None for p in parts) or len({s.libraries for s in sources}) != 1:
+        return None
+    shared = [_split_includes(p[0]) for p in parts]
+    if len({rest for _, rest in shared}) != 1:
+        return None
+    includes = list(dict.fromkeys(line for inc, _ in shared for line in inc))
+    prefixes = [f"k{i}_" for i in range(len(sources))]
+    out = ["\n".join(includes), shared[0][1]]
+    for prefix, (_, body) in zip(prefixes, parts):
+        out += [f"#define {f} {prefix}{f}" for f in ABI_FUNCTIONS]
+        out.append(body)
+        out += [f"#undef {f}" for f in ABI_FUNCTIONS]
+    return "\n".join(out) + "\n", prefixes
+
+
+def _split_includes(preamble: str) -> tuple[tuple[str, ...], str]:
+    lines = preamble.splitlines()
+    return (tuple(line for line in lines if line.startswith("#include")),
+            "\n".join(line for line in lines if not line.startswith("#include")))
 
 
 def cutlass_version() -> str:
@@ -106,7 +148,9 @@ def render(layer: Layer, config: Config) -> KernelSource:
     cc, cl = _cutlass()
     kp = kernel_problem(layer, config)
     element = {"f16": cc.DataType.f16, "bf16": cc.DataType.bf16}[layer.dtype]
-    layout_d = cc.LayoutType.ColumnMajor if config.swap_ab else cc.LayoutType.RowMajor
+    # y (M x N row-major) is the swapped kernel's column-major D; y^T flips it once more.
+    column_major_d = config.swap_ab != (layer.output == "transposed")
+    layout_d = cc.LayoutType.ColumnMajor if column_major_d else cc.LayoutType.RowMajor
     try:
         plan = cc.op.Gemm(element=element, element_accumulator=cc.DataType.f32,
                           layout_A=cc.LayoutType.RowMajor, layout_B=cc.LayoutType.ColumnMajor,
@@ -145,9 +189,12 @@ def render(layer: Layer, config: Config) -> KernelSource:
     except Exception as exc:  # noqa: BLE001 - the interface raises bare Exception for invalid configs
         raise CodegenError(str(exc).strip() or type(exc).__name__) from None
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
+                           copy_kernels=copy_kernels(), namespace=_NAMESPACE,
                            swap_ab=int(config.swap_ab), has_bias=int(layer.bias),
                            has_act=int(layer.activation != "none"))
-    return KernelSource(operation_name=name, code=code, cutlass_version=cutlass_version())
+    # Named by content: equal kernels share a name, different ones can share a translation unit.
+    namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace), cutlass_version=cutlass_version())
 
 
 def _cta_tile_descriptor(kernel: str, config: Config) -> str:
@@ -166,9 +213,16 @@ def _cta_tile_descriptor(kernel: str, config: Config) -> str:
 def render_fallback(layer: Layer) -> KernelSource:
     """The cuBLAS fallback with the same C ABI, for layers no CUTLASS kernel beat cuBLAS on."""
     act = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}[layer.activation]
-    code = render_template("cublas_fallback.cu", is_bf16=int(layer.dtype == "bf16"), has_bias=int(layer.bias), act=act)
+    code = render_template("cublas_fallback.cu", is_bf16=int(layer.dtype == "bf16"), has_bias=int(layer.bias), act=act,
+                           transposed=int(layer.output == "transposed"))
     return KernelSource(operation_name="cublas_fallback", code=code, cutlass_version=cutlass_version(),
                         libraries=("cublas",))
+
+
+def copy_kernels() -> str:
+    """The per-call pad/unpad kernels, inlined so that a kernel's source stands alone."""
+    text = (TEMPLATES / "copy.cuh").read_text()
+    return text[text.index("// Per-call layout copy"):]
 
 
 def render_template(name: str, **values: object) -> str:

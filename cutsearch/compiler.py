@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import math
 import errno
 import hashlib
 import json
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from cutsearch.cache import Cache
-from cutsearch.codegen import KernelSource, cutlass_include_dirs
+from cutsearch.codegen import ABI_FUNCTIONS, KernelSource, batch_unit, cutlass_include_dirs
 from cutsearch.errors import EnvironmentProblem
 from cutsearch.outcome import Failure, FailureKind
 
@@ -34,6 +35,9 @@ MIN_NVCC = (12, 0)  # the first toolkit that targets sm_90a
 LIBRARY = "kernel.so"
 SOURCE = "kernel.cu"
 LOG = "nvcc.log"
+# Kernels per translation unit at most. Sharing one unit parses the CUTLASS headers once for
+# all of them; larger units only add latency.
+MAX_BATCH = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,11 +116,12 @@ class CompiledKernel:
 
 class Compiler:
     def __init__(self, cache: Cache, toolchain: Toolchain, *, jobs: int | None = None,
-                 timeout_s: float = 900.0) -> None:
+                 timeout_s: float = 900.0, max_batch: int = MAX_BATCH) -> None:
         self.cache = cache
         self.toolchain = toolchain
         self.jobs = jobs or max(1, os.cpu_count() or 1)
         self.timeout_s = timeout_s
+        self.max_batch = max(1, max_batch)
 
     def lookup(self, source: KernelSource) -> CompiledKernel | Failure | None:
         key = self.toolchain.key(source)
@@ -164,11 +169,104 @@ class Compiler:
 
     def compile_many(self, sources: Iterable[tuple[object, KernelSource]],
                      ) -> Iterator[tuple[object, CompiledKernel | Failure]]:
-        """Compile in parallel; yield (tag, result) as each finishes."""
+        """Compile in parallel; yield (tag, result) as each finishes.
+
+        With more kernels to build than nvcc processes, kernels share translation units, up to
+        max_batch each: that parses the headers once per unit instead of once per kernel.
+        """
+        pending: dict[str, tuple[KernelSource, list[object]]] = {}
+        for tag, src in sources:
+            found = self.lookup(src)
+            if found is not None:
+                yield tag, found
+            else:
+                pending.setdefault(self.toolchain.key(src), (src, []))[1].append(tag)
+        if not pending:
+            return
+        work = list(pending.values())
+        size = min(self.max_batch, math.ceil(len(work) / self.jobs))
+        groups = [work[i:i + size] for i in range(0, len(work), size)]
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
-            futures = {pool.submit(self.compile, src): tag for tag, src in sources}
+            futures = [pool.submit(self._build_group, [src for src, _ in group]) for group in groups]
+            tags = {future: group for future, group in zip(futures, groups)}
             for done in concurrent.futures.as_completed(futures):
-                yield futures[done], done.result()
+                for (_, group_tags), result in zip(tags[done], done.result()):
+                    for tag in group_tags:
+                        yield tag, result
+
+    def _build_group(self, sources: list[KernelSource]) -> list[CompiledKernel | Failure]:
+        if len(sources) > 1:
+            built = self._compile_batch(sources)
+            if built is not None:
+                return built
+        # Alone, so that a kernel that does not compile costs only itself.
+        return [self.compile(src) for src in sources]
+
+    def _compile_batch(self, sources: list[KernelSource]) -> list[CompiledKernel | Failure] | None:
+        """Build several kernels from one translation unit, each into its own library.
+
+        The object is linked once per kernel, with the kernel's prefixed C ABI aliased to the
+        plain names. None when the unit cannot be built; the caller then builds each alone.
+        """
+        unit = batch_unit(sources)
+        if unit is None:
+            return None
+        code, prefixes = unit
+        try:
+            staged = self.cache.staging()
+            (staged / "batch.cu").write_text(code)
+        except OSError as exc:
+            raise _disk_problem(exc, self.cache.root) from None
+        flags = [f for f in self.toolchain.flags if f != "-shared"]
+        cmd = [self.toolchain.nvcc, *flags, *(f"-I{p}" for p in cutlass_include_dirs()), "-c", "batch.cu",
+               "-o", "batch.o"]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=staged, capture_output=True, text=True,
+                                  timeout=self.timeout_s * len(sources))
+            log, ok = proc.stdout + proc.stderr, proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            log, ok = "", False
+        elapsed = time.monotonic() - start
+        if not ok:
+            if re.search(r"No space left on device", log):
+                self.cache.discard(staged)
+                raise EnvironmentProblem(f"the disk holding {self.cache.root} is full: free space and resume")
+            self.cache.discard(staged)
+            return None
+        results = []
+        for src, prefix in zip(sources, prefixes):
+            results.append(self._link_one(src, prefix, staged / "batch.o", log, elapsed, len(sources)))
+        self.cache.discard(staged)
+        return results
+
+    def _link_one(self, src: KernelSource, prefix: str, obj: Path, log: str, elapsed: float,
+                  size: int) -> CompiledKernel | Failure:
+        key = self.toolchain.key(src)
+        manifest = self.cache.manifest(key)
+        if manifest is not None:  # another process built it meanwhile
+            return self._from_manifest(key, manifest, cached=True)
+        try:
+            staged = self.cache.staging()
+            (staged / SOURCE).write_text(src.code)
+            aliases = [f"-Xlinker=--defsym={f}={prefix}{f}" for f in ABI_FUNCTIONS]
+            link = subprocess.run([self.toolchain.nvcc, "-shared", str(obj), "-o", LIBRARY, *aliases,
+                                   *(f"-l{lib}" for lib in src.libraries)],
+                                  cwd=staged, capture_output=True, text=True, timeout=self.timeout_s)
+            own = _own_ptxas_log(log, src.code)
+            note = f"built in one translation unit with {size - 1} other kernel(s) in {elapsed:.1f} s\n"
+            (staged / LOG).write_text(note + own + link.stdout + link.stderr)
+            if link.returncode != 0 or not (staged / LIBRARY).is_file():
+                self.cache.discard(staged)
+                return self.compile(src)  # a link problem is not the kernel's: build it alone
+            manifest = {"ok": True, "compile_s": round(elapsed / size, 3), "batch": size,
+                        "batch_wall_s": round(elapsed, 3), "operation": src.operation_name,
+                        "nvcc": self.toolchain.nvcc_version, "cutlass": self.toolchain.cutlass_version,
+                        "arch": self.toolchain.arch, "flags": list(self.toolchain.flags)}
+            self.cache.commit(key, staged, manifest)
+        except OSError as exc:
+            raise _disk_problem(exc, self.cache.root) from None
+        return self._from_manifest(key, self.cache.manifest(key) or manifest, cached=False)
 
     def _from_manifest(self, key: str, manifest: dict, *, cached: bool) -> CompiledKernel | Failure:
         entry = self.cache.path(key)
@@ -178,6 +276,23 @@ class Compiler:
             return Failure(kind=FailureKind.COMPILE_ERROR, message=first.strip()[:300], log=log)
         return CompiledKernel(key=key, library=entry / LIBRARY, source=entry / SOURCE,
                               ptxas=PtxasReport.parse(log), compile_s=manifest["compile_s"], cached=cached, log=log)
+
+
+def _own_ptxas_log(log: str, code: str) -> str:
+    """The part of a shared unit's ptxas report about one kernel: its own functions (named in
+    its namespace) and the shared ones (named in none)."""
+    found = re.search(r"namespace (cs_[0-9a-f]{16})", code)
+    if found is None:
+        return log
+    own = found[1]
+    keep, current = [], True
+    for line in log.splitlines():
+        named = re.search(r"(?:entry function|Function properties for|function) '?(\w+)", line)
+        if named:
+            current = own in named[1] or re.search(r"cs_[0-9a-f]{16}", named[1]) is None
+        if current or own in line:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
 
 
 def _disk_problem(exc: OSError, where: Path) -> EnvironmentProblem:

@@ -134,7 +134,8 @@ class GpuEvaluator:
             kp = kernel_problem(layer, config)
             request = MeasureRequest(library=str(built.library), m=layer.m, n=layer.n, k=layer.k, dtype=layer.dtype,
                                      bias=layer.bias, activation=layer.activation, pad_n=kp.pad_n, pad_k=kp.pad_k,
-                                     knobs=tuple(knob_grid(config, layer)), seed=i + 1)
+                                     knobs=tuple(knob_grid(config, layer)), input=layer.input,
+                                     output=layer.output, seed=i + 1)
             reply = self.worker.call(request, timeout_s=self.measure_timeout_s)
             _emit(events, "measured", ok=isinstance(reply, Measurement))
             yield Evaluation(config=config, outcome=reply, source=self.source, **info)

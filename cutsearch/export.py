@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cutsearch import codegen, persist
-from cutsearch.abi import ABI_VERSION
+from cutsearch.abi import ABI_VERSION, io_flags
 from cutsearch.errors import UserError
 from cutsearch.problem import Layer
 from cutsearch.workspace import Workspace
@@ -79,7 +79,9 @@ def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: di
         activation=layer.activation, kernel_name=kernel_name, m=layer.m, n=layer.n, k=layer.k,
         pad_n=pad_n, pad_k=pad_k, raster=knobs.get("raster", 0), swizzle=knobs.get("swizzle", 1),
         splits=knobs.get("splits", 1), decomposition=knobs.get("decomposition", 0),
-        reduction=knobs.get("reduction", 0))
+        reduction=knobs.get("reduction", 0), io=io_flags(layer.input == "padded", layer.output == "padded"),
+        x_pitch=layer.x_pitch, y_rows=layer.y_shape[0], y_pitch=layer.y_shape[1],
+        transposed=int(layer.output == "transposed"))
 
 
 def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:

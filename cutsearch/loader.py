@@ -9,11 +9,13 @@ when a pointer changes.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from cutsearch import persist
-from cutsearch.abi import ABI_VERSION, open_library
+from cutsearch.abi import ABI_VERSION, io_flags, open_library
+from cutsearch.problem import Layer
 from cutsearch.errors import UserError
 
 _DTYPES = {"f16": ("float16", "<f2"), "bf16": ("bfloat16", None)}
@@ -94,6 +96,7 @@ class FcLayer:
         self.m, self.n, self.k = layer["M"], layer["N"], layer["K"]
         self.dtype = _DTYPES[layer["dtype"]][0]
         self.bias, self.activation = layer["bias"], layer["activation"]
+        self.spec = Layer.from_dict(layer)
         self.backend = meta["backend"]
         t = meta["transforms"]
         self.pad_n, self.pad_k = t["pad_n"], t["pad_k"]
@@ -142,8 +145,10 @@ class FcLayer:
         if self._prepared is None:
             raise UserError("call prepare(W, b) once before using the layer")
         xt = _Tensor(x)
-        if len(xt.shape) != 2 or xt.shape[1] != self.k:
-            raise UserError(f"x has shape {list(xt.shape)}, this layer needs [M, {self.k}]")
+        spec = self.spec
+        if len(xt.shape) != 2 or xt.shape[1] != spec.x_pitch:
+            padded = " (x padded: its row pitch)" if spec.input == "padded" else ""
+            raise UserError(f"x has shape {list(xt.shape)}, this layer needs [M, {spec.x_pitch}]{padded}")
         m = xt.shape[0]
         if m != self.m and not self.any_m:
             raise UserError(f"x has M={m} rows but the kernel was searched for M={self.m}; "
@@ -155,13 +160,19 @@ class FcLayer:
         if xt.ptr % 16:
             raise UserError("x must be 16-byte aligned")
         xp = _namespace(x)
-        if self.backend == "cublas":
-            return xp.linear(x, *self._prepared, self.activation, out)
+        y_shape = spec.y_shape if m == self.m else dataclasses.replace(spec, m=m).y_shape
+        if self.backend == "cublas" and out is None and spec.output == "contiguous":
+            return xp.linear(x[:, : self.k] if spec.input == "padded" else x, *self._prepared, self.activation, None)
         if out is None:
-            out = xp.empty_like_shape(x, (m, self.n))
+            out = xp.empty_like_shape(x, y_shape)
         yt = _Tensor(out)
-        if yt.shape != (m, self.n) or yt.dtype != self.dtype or not yt.contiguous:
-            raise UserError(f"out must be a contiguous [{m}, {self.n}] {self.dtype} array")
+        if yt.shape != y_shape or yt.dtype != self.dtype or not yt.contiguous:
+            raise UserError(f"out must be a contiguous {list(y_shape)} {self.dtype} array ({spec.output} y)")
+        if self.backend == "cublas":
+            x_view = x[:, : self.k] if spec.input == "padded" else x
+            y_view = out.T if spec.output == "transposed" else out[:, : self.n]
+            xp.linear(x_view, *self._prepared, self.activation, y_view)
+            return out
         handle, ws_ptr = self._handle(m, xp, x)
         lib = self._lib
         # cs_bind returns at once when the pointers are those of the previous call.
@@ -178,7 +189,7 @@ class FcLayer:
             kn = self.knobs
             if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
                                    kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
-                                   kn.get("decomposition", 0), kn.get("reduction", 0)):
+                                   kn.get("decomposition", 0), kn.get("reduction", 0), io_flags(self.spec.input == "padded", self.spec.output == "padded")):
                 raise RuntimeError("cutsearch: cs_create failed")
             self._workspace[m] = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
             found = self._handles[m] = (handle, _Tensor(self._workspace[m]).ptr)

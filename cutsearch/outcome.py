@@ -61,6 +61,9 @@ class Measurement:
     variants: tuple[tuple[Knobs, float], ...] = ()  # (knobs, median_us) of the second level
     baseline: Timing | None = None                  # cuBLAS, same process, same inputs
     mm: Timing | None = None                        # torch.mm(x, W.t()), bias-free layers only
+    # The best variant again with the caller handing over padded x ("x padded") or padded x and
+    # y ("kernel only"): what the per-call copies cost. Only where the kernel pads.
+    io_variants: tuple[tuple[str, Timing], ...] = ()
 
     @property
     def median_us(self) -> float:
@@ -74,14 +77,16 @@ class Measurement:
         return {"timing": self.timing.to_dict(), "knobs": self.knobs.to_dict(), "rel_error": self.rel_error,
                 "variants": [[k.to_dict(), t] for k, t in self.variants],
                 "baseline": self.baseline.to_dict() if self.baseline else None,
-                "mm": self.mm.to_dict() if self.mm else None}
+                "mm": self.mm.to_dict() if self.mm else None,
+                **({"io_variants": {k: t.to_dict() for k, t in self.io_variants}} if self.io_variants else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
         return cls(timing=Timing.from_dict(d["timing"]), knobs=Knobs(**d["knobs"]), rel_error=d["rel_error"],
                    variants=tuple((Knobs(**k), t) for k, t in d.get("variants", [])),
                    baseline=Timing.from_dict(d["baseline"]) if d.get("baseline") else None,
-                   mm=Timing.from_dict(d["mm"]) if d.get("mm") else None)
+                   mm=Timing.from_dict(d["mm"]) if d.get("mm") else None,
+                io_variants=tuple((k, Timing.from_dict(t)) for k, t in d.get("io_variants", {}).items()))
 
 
 Outcome = Measurement | Failure

@@ -12,6 +12,10 @@ from cutsearch.errors import UserError
 
 DTYPES = ("f16", "bf16")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
+# What the caller hands over and accepts. "padded" rows have a 16-byte pitch (K or N rounded up
+# to 8 elements), which spares the per-call copy an unaligned K or N otherwise costs.
+INPUTS = ("contiguous", "padded")
+OUTPUTS = ("contiguous", "padded", "transposed")
 INT32_MAX = 2**31 - 1
 BYTES = {"f16": 2, "bf16": 2}
 
@@ -24,7 +28,11 @@ MAX_LAYER_BYTES = 64 * 2**30
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Layer:
-    """x is M x K row-major, W is N x K (constant), y is M x N row-major."""
+    """x is M x K row-major, W is N x K (constant), y is M x N row-major.
+
+    input="padded": x arrives with row pitch pad_to(K, 8), its padding columns finite.
+    output="padded": y may be written with row pitch pad_to(N, 8); "transposed": y^T, N x M.
+    """
 
     m: int
     n: int
@@ -32,6 +40,8 @@ class Layer:
     dtype: str = "f16"
     bias: bool = False
     activation: str = "none"
+    input: str = "contiguous"
+    output: str = "contiguous"
     name: str | None = None
 
     def __post_init__(self) -> None:
@@ -48,6 +58,10 @@ class Layer:
                             " (fp32 accumulation is implied)")
         if self.activation not in ACTIVATIONS:
             raise UserError(f"unsupported activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
+        if self.input not in INPUTS:
+            raise UserError(f"unsupported input layout {self.input!r}: choose one of {', '.join(INPUTS)}")
+        if self.output not in OUTPUTS:
+            raise UserError(f"unsupported output layout {self.output!r}: choose one of {', '.join(OUTPUTS)}")
         if self.bytes > MAX_LAYER_BYTES:
             raise UserError(f"layer {self.m}x{self.n}x{self.k} needs {self.bytes / 2**30:.0f} GiB of "
                             f"device memory, over the {MAX_LAYER_BYTES // 2**30} GiB this tool allows")
@@ -60,7 +74,9 @@ class Layer:
     def slug(self) -> str:
         """A file-system safe name that identifies the layer's math."""
         epi = ("-bias" if self.bias else "") + ("" if self.activation == "none" else f"-{self.activation}")
-        return f"fc-{self.shape}-{self.dtype}{epi}"
+        io = ("-xpad" if self.input == "padded" else "") + {"contiguous": "", "padded": "-ypad",
+                                                            "transposed": "-yT"}[self.output]
+        return f"fc-{self.shape}-{self.dtype}{epi}{io}"
 
     @property
     def flops(self) -> int:
@@ -76,13 +92,35 @@ class Layer:
         """Roofline floor: no kernel for this layer runs much faster on an H200."""
         return max(self.flops / PEAK_FLOPS, self.bytes / PEAK_BYTES_PER_S) * 1e6
 
+    @property
+    def vector(self) -> int:
+        """Elements in one 16-byte vector: TMA needs row pitches that are multiples of it."""
+        return 16 // BYTES[self.dtype]
+
+    @property
+    def x_pitch(self) -> int:
+        return pad_to(self.k, self.vector) if self.input == "padded" else self.k
+
+    @property
+    def y_shape(self) -> tuple[int, int]:
+        """The output buffer the caller provides."""
+        if self.output == "transposed":
+            return (self.n, self.m)
+        return (self.m, pad_to(self.n, self.vector) if self.output == "padded" else self.n)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"M": self.m, "N": self.n, "K": self.k, "dtype": self.dtype, "bias": self.bias,
+        data = {"M": self.m, "N": self.n, "K": self.k, "dtype": self.dtype, "bias": self.bias,
                 "activation": self.activation}
+        # Only when set: layers recorded before these options existed keep their identity.
+        if self.input != "contiguous":
+            data["input"] = self.input
+        if self.output != "contiguous":
+            data["output"] = self.output
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, name: str | None = None) -> Layer:
-        known = {"M", "N", "K", "m", "n", "k", "dtype", "bias", "activation", "name"}
+        known = {"M", "N", "K", "m", "n", "k", "dtype", "bias", "activation", "input", "output", "name"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise UserError(f"unknown layer key(s): {', '.join(unknown)}")
@@ -94,7 +132,8 @@ class Layer:
         if not isinstance(bias, bool):
             raise UserError(f"bias must be true or false, got {bias!r}")
         return cls(m=m, n=n, k=k, dtype=data.get("dtype", "f16"), bias=bias,
-                   activation=data.get("activation", "none"), name=data.get("name", name))
+                   activation=data.get("activation", "none"), input=data.get("input", "contiguous"),
+                   output=data.get("output", "contiguous"), name=data.get("name", name))
 
 
 def pad_to(value: int, multiple: int) -> int:
@@ -127,7 +166,8 @@ def load_layers(path: Path) -> dict[str, Layer]:
     for name, table in data.items():
         if not isinstance(table, dict):
             continue
-        fields = {key: value for key, value in table.items() if key in {"M", "N", "K", "dtype", "dtypes", "bias", "activation"}}
+        fields = {key: value for key, value in table.items()
+                  if key in {"M", "N", "K", "dtype", "dtypes", "bias", "activation", "input", "output"}}
         dtypes = fields.pop("dtypes", None) or [fields.pop("dtype", "f16")]
         fields.pop("dtype", None)
         if not isinstance(dtypes, list):

@@ -90,12 +90,15 @@ class KernelProblem:
 
 def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     vec = 16 // BYTES[layer.dtype]
-    pad_k = pad_to(layer.k, vec) if config.pad else layer.k
-    pad_n = pad_to(layer.n, vec) if config.pad else layer.n
+    # A caller's padded buffers fix the pitch whatever the config. TMA needs aligned pitches,
+    # not extents: N is padded only where it is y's row pitch.
+    pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
+    transposed = layer.output == "transposed"
+    pad_n = pad_to(layer.n, vec) if (config.pad or layer.output == "padded") and not transposed else layer.n
     m, n = (pad_n, layer.m) if config.swap_ab else (layer.m, pad_n)
-    # A and B are both K-major, so their alignment is K's; D's leading dimension is pad_n.
-    return KernelProblem(m=m, n=n, k=pad_k, pad_n=pad_n, pad_k=pad_k,
-                         align_ab=alignment(pad_k, layer.dtype), align_d=alignment(pad_n, layer.dtype))
+    # A and B are both K-major, so their alignment is K's; D's leading dimension is y's pitch.
+    return KernelProblem(m=m, n=n, k=pad_k, pad_n=pad_n, pad_k=pad_k, align_ab=alignment(pad_k, layer.dtype),
+                         align_d=alignment(layer.m if transposed else pad_n, layer.dtype))
 
 
 def smem_bytes(config: Config, dtype: str, stages: int) -> int:
@@ -143,8 +146,10 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
     if kp.align_ab < vec:
         return f"K={kp.k} gives {kp.align_ab * BYTES[layer.dtype]}-byte rows; the TMA mainloop needs 16 (pad)"
     if kp.align_d < vec and c.epilogue_schedule != "nosmem":
+        if layer.output == "transposed":
+            return f"M={layer.m} gives unaligned rows of y^T: only the nosmem epilogue stores them"
         return f"N={kp.pad_n} gives unaligned output rows: only the nosmem epilogue stores them (or pad)"
-    if c.pad and kp.pad_k == layer.k and kp.pad_n == layer.n:
+    if c.pad and kernel_problem(layer, dataclasses.replace(c, pad=False)) == kp:
         return "padding is a no-op for this layer"
     if c.kernel_schedule == "auto" and (layer.bias or layer.activation != "none"):
         return "the fused bias/activation (epilogue visitor tree) needs an explicit TMA epilogue schedule"

@@ -24,15 +24,18 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
     """One layer's line in the suite file."""
     layer, best = result.layer, result.best
     base = {"name": name, "M": layer.m, "N": layer.n, "K": layer.k, "dtype": layer.dtype, "bias": layer.bias,
-            "activation": layer.activation, "floor_us": layer.floor_us, "trials": result.trials,
+            "activation": layer.activation, "input": layer.input, "output": layer.output,
+            "floor_us": layer.floor_us, "trials": result.trials,
             "wall_s": round(result.wall_s, 1), "study": result.study_name, "source": result.source}
     if best is None or best.speedup is None:
         return {**base, "cublas_us": best.cublas_us if best else None, "cutsearch_us": best.cublas_us if best else None,
                 "speedup": 1.0 if best and best.cublas_us else None, "fallback": True, "kernel_us": None,
                 "config": None, "transforms": None, "note": "no correct kernel was measured"}
     kp = kernel_problem(layer, best.config)
-    transforms = {"swap_ab": best.config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k,
-                  "knobs": best.evaluation["measurement"]["knobs"]}
+    measurement = best.evaluation["measurement"]
+    transforms = {"swap_ab": best.config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k, "knobs": measurement["knobs"]}
+    # The same kernel with the caller's x (and y) already padded: what the per-call copies cost.
+    base["io_variants_us"] = {name: t["median_us"] for name, t in measurement.get("io_variants", {}).items()}
     if best.speedup < 1.0:
         return {**base, "cublas_us": best.cublas_us, "cutsearch_us": best.cublas_us, "speedup": 1.0,
                 "fallback": True, "kernel_us": best.median_us, "config": best.config.to_dict(),

@@ -177,8 +177,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
     tc = toolchain or Provenance()
     out: dict[str, Any] = {
         "study": result.study_name,
-        "layer": {"M": layer.m, "N": layer.n, "K": layer.k, "dtype": layer.dtype, "bias": layer.bias,
-                  "activation": layer.activation},
+        "layer": layer.to_dict(),
         "source": result.source,
         "gpu": (tc.gpu or {}).get("name"),
         "best_us": best.median_us if best else None,
@@ -202,6 +201,8 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
             "timing_us": best.evaluation["measurement"]["timing"],
             "cublas_timing_us": best.evaluation["measurement"].get("baseline"),
             "rel_error": best.evaluation["measurement"]["rel_error"],
+            "io_variants_us": {name: t["median_us"]
+                               for name, t in best.evaluation["measurement"].get("io_variants", {}).items()},
         },
         "toolchain": {"gpu": tc.gpu, "nvcc": tc.nvcc, "cutlass": tc.cutlass, "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -21,6 +21,7 @@ import os
 import traceback
 from typing import Any, Callable
 
+from cutsearch.abi import io_flags
 from cutsearch.outcome import Failure, FailureKind, Measurement, Timing
 from cutsearch.pool import READY
 from cutsearch.space import Knobs
@@ -65,6 +66,8 @@ class MeasureRequest:
     pad_n: int
     pad_k: int
     knobs: tuple[Knobs, ...]
+    input: str = "contiguous"
+    output: str = "contiguous"
     seed: int = 0
     reps: int = REPS
     warmup: int = WARMUP
@@ -218,6 +221,9 @@ class _Inputs:
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[r.dtype]
         gen = torch.Generator(device="cuda").manual_seed(r.seed)
         self.x = torch.randn(r.m, r.k, device="cuda", dtype=dtype, generator=gen)
+        # x as a caller with a padded buffer holds it: row pitch pad_k, zero padding.
+        self.x_padded = torch.zeros(r.m, pad_k, device="cuda", dtype=dtype)
+        self.x_padded[:, : r.k] = self.x
         self.w = torch.randn(r.n, r.k, device="cuda", dtype=dtype, generator=gen) / r.k ** 0.5
         self.b = torch.randn(r.n, device="cuda", dtype=dtype, generator=gen) if r.bias else None
         # The weight re-layout happens once, at export time: it is not timed.
@@ -237,7 +243,18 @@ class _Inputs:
 
     def baseline(self):
         F = self.torch.nn.functional
-        return _ACT[self.r.activation](F.linear(self.x, self.w, self.b), F)
+        # The same x the candidate gets: a padded caller hands F.linear a strided view.
+        x = self.x_padded[:, : self.r.k] if self.r.input == "padded" else self.x
+        return _ACT[self.r.activation](F.linear(x, self.w, self.b), F)
+
+
+class _Output:
+    """The y buffer in the layout the caller accepts, and its view as M x N."""
+
+    def __init__(self, torch, r, pad_n: int, dtype) -> None:
+        shape = {"contiguous": (r.m, r.n), "padded": (r.m, pad_n), "transposed": (r.n, r.m)}[r.output]
+        self.buffer = torch.empty(*shape, device="cuda", dtype=dtype)
+        self.view = self.buffer.t() if r.output == "transposed" else self.buffer[:, : r.n]
 
 
 def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | Failure:
@@ -246,66 +263,92 @@ def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | F
     ref = inputs.reference()
     bench = _Bench(torch, r.reps, r.warmup)
     stream = torch.cuda.current_stream().cuda_stream
-    y = torch.empty(r.m, r.n, device="cuda", dtype=inputs.x.dtype)
+    out = _Output(torch, r, r.pad_n, inputs.x.dtype)
+    b_ptr = inputs.b_prepared.data_ptr() if inputs.b_prepared is not None else None
     timed: list[tuple[Knobs, Timing, float, Callable[[], None]]] = []
     failures: list[str] = []
     handles: list[ctypes.c_void_p] = []
     workspaces = []
+
+    def bound_call(knobs: Knobs, x_padded: bool, y: Any, y_padded: bool) -> Callable[[], None]:
+        """A layer call on one run-time variant; raises RuntimeError with the launcher's message."""
+        handle = ctypes.c_void_p()
+        if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, r.pad_n, r.pad_k, torch.cuda.current_device(),
+                         knobs.raster, knobs.swizzle, knobs.splits, knobs.decomposition, knobs.reduction,
+                         io_flags(x_padded, y_padded)):
+            raise RuntimeError("cs_create failed")
+        handles.append(handle)
+        workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
+        workspaces.append(workspace)
+        x = inputs.x_padded if x_padded else inputs.x
+        if lib.cs_bind(handle, x.data_ptr(), inputs.w_prepared.data_ptr(), b_ptr, y.data_ptr(), workspace.data_ptr()):
+            raise RuntimeError(lib.cs_error(handle).decode())
+
+        def call() -> None:
+            if lib.cs_run(handle, stream):
+                raise RuntimeError(lib.cs_error(handle).decode())
+        return call
+
+    def checked(call: Callable[[], None], view: Any) -> float:
+        # Run twice before checking: a stale stream-K workspace shows only on a second launch.
+        view.fill_(float("nan"))
+        call()
+        call()
+        torch.cuda.synchronize()
+        return _rel_error(torch, view, ref)
+
     try:
         for knobs in r.knobs:
-            handle = ctypes.c_void_p()
-            if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, r.pad_n, r.pad_k, torch.cuda.current_device(),
-                             knobs.raster, knobs.swizzle, knobs.splits, knobs.decomposition, knobs.reduction):
-                failures.append(f"{knobs}: cs_create failed")
-                continue
-            handles.append(handle)
             try:
-                workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
-                workspaces.append(workspace)
-                b_ptr = inputs.b_prepared.data_ptr() if inputs.b_prepared is not None else None
-                if lib.cs_bind(handle, inputs.x.data_ptr(), inputs.w_prepared.data_ptr(), b_ptr, y.data_ptr(),
-                               workspace.data_ptr()):
-                    failures.append(f"{knobs}: {lib.cs_error(handle).decode()}")
-                    continue
-
-                def call(handle=handle) -> None:
-                    if lib.cs_run(handle, stream):
-                        raise RuntimeError(lib.cs_error(handle).decode())
-
-                # Run twice before checking: a stale stream-K workspace shows only on a second launch.
-                y.fill_(float("nan"))
-                try:
-                    call()
-                    call()
-                    torch.cuda.synchronize()
-                except RuntimeError as exc:
-                    _raise_if_poisoned(torch, knobs, exc)
-                    failures.append(f"{knobs}: {exc}")
-                    continue
-                err = _rel_error(torch, y, ref)
-                if not err < TOLERANCE:
-                    failures.append(f"{knobs}: relative error {err:.3g} over {TOLERANCE}")
-                    continue
-                # Variants are screened with fewer repetitions; the winner is timed in full below.
-                timed.append((knobs, bench.time(call, reps=min(SCREEN_REPS, r.reps)), err, call))
+                call = bound_call(knobs, r.input == "padded", out.buffer, r.output == "padded")
+                err = checked(call, out.view)
             except RuntimeError as exc:
                 _raise_if_poisoned(torch, knobs, exc)
                 failures.append(f"{knobs}: {exc}")
+                continue
+            if not err < TOLERANCE:
+                failures.append(f"{knobs}: relative error {err:.3g} over {TOLERANCE}")
+                continue
+            # Variants are screened with fewer repetitions; the winner is timed in full below.
+            timed.append((knobs, bench.time(call, reps=min(SCREEN_REPS, r.reps)), err, call))
         if not timed:
             kind = FailureKind.WRONG_RESULT if any("relative error" in f for f in failures) else FailureKind.LAUNCH_ERROR
             return Failure(kind=kind, message=failures[0][:300] if failures else "no variant ran",
                            log="\n".join(failures))
         knobs, _, err, best_call = min(timed, key=lambda t: t[1].median_us)
         timing = bench.time(best_call)
+        io_variants = _io_variants(torch, r, knobs, bound_call, checked, bench, out)
     finally:
         for handle in handles:
             lib.cs_destroy(handle)
     baseline = bench.time(lambda: inputs.baseline()) if r.baseline else None
     # torch.mm is what a bias-free layer may call instead of F.linear: a second reference.
-    plain = r.baseline and not r.bias and r.activation == "none"
+    plain = r.baseline and not r.bias and r.activation == "none" and r.input == "contiguous"
     mm = bench.time(lambda: torch.mm(inputs.x, inputs.w.t())) if plain else None
     return Measurement(timing=timing, knobs=knobs, rel_error=err, baseline=baseline, mm=mm,
-                       variants=tuple((k, t.median_us) for k, t, _, _ in timed))
+                       variants=tuple((k, t.median_us) for k, t, _, _ in timed), io_variants=io_variants)
+
+
+def _io_variants(torch, r, knobs, bound_call, checked, bench, out) -> tuple[tuple[str, Timing], ...]:
+    """The winner again without the per-call copies that a caller with padded buffers avoids."""
+    modes = []
+    if r.pad_k != r.k and r.input != "padded":
+        modes.append(("x padded", out.buffer, out.view, r.output == "padded"))
+    if r.pad_n != r.n and r.output == "contiguous":
+        y = torch.empty(r.m, r.pad_n, device="cuda", dtype=out.buffer.dtype)
+        modes.append(("kernel only", y, y[:, : r.n], True))
+    found = []
+    for name, y, view, y_padded in modes:
+        try:
+            call = bound_call(knobs, True, y, y_padded)
+            # A figure is reported only for a result that is right.
+            if not checked(call, view) < TOLERANCE:
+                continue
+        except RuntimeError as exc:
+            _raise_if_poisoned(torch, knobs, exc)
+            continue
+        found.append((name, bench.time(call)))
+    return tuple(found)
 
 
 def _rel_error(torch, y, ref) -> float:

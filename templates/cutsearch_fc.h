@@ -19,6 +19,12 @@ extern "C" {
 #define CUTSEARCH_FC_K ${k}
 #define CUTSEARCH_FC_PAD_N ${pad_n}
 #define CUTSEARCH_FC_PAD_K ${pad_k}
+/* The layouts this layer was searched for: x row pitch, y row pitch, and whether y is y^T. */
+#define CUTSEARCH_FC_IO ${io}
+#define CUTSEARCH_FC_X_PITCH ${x_pitch}
+#define CUTSEARCH_FC_Y_ROWS ${y_rows}
+#define CUTSEARCH_FC_Y_PITCH ${y_pitch}
+#define CUTSEARCH_FC_Y_TRANSPOSED ${transposed}
 /* Run-time arguments the search chose for this kernel. */
 #define CUTSEARCH_FC_RASTER ${raster}
 #define CUTSEARCH_FC_SWIZZLE ${swizzle}
@@ -31,8 +37,12 @@ typedef struct cs_layer cs_layer;
 int cs_abi_version(void);
 const char* cs_kernel_name(void);
 /* Returns 0 on success. m may differ from CUTSEARCH_FC_M (correct, but not tuned for it). */
+/* io: CS_IO_X_PADDED when x arrives with row pitch pad_k (padding columns finite),
+   CS_IO_Y_PADDED when y may be written with row pitch pad_n. CUTSEARCH_FC_IO is the layer's. */
+#define CS_IO_X_PADDED 1
+#define CS_IO_Y_PADDED 2
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
-              int raster, int swizzle, int splits, int decomposition, int reduction);
+              int raster, int swizzle, int splits, int decomposition, int reduction, int io);
 /* Bytes of device workspace the caller provides to cs_bind. */
 size_t cs_workspace_size(const cs_layer* layer);
 /* Prepares the kernel's arguments; cheap when the pointers are the same as last time. */

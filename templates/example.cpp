@@ -14,17 +14,19 @@ int main() {
   const int pad_n = CUTSEARCH_FC_PAD_N, pad_k = CUTSEARCH_FC_PAD_K;
   const size_t e = 2;  // fp16 or bf16
   void *x, *w, *b, *y, *ws;
-  CHECK(cudaMalloc(&x, size_t(m) * k * e));
+  const size_t x_bytes = size_t(m) * CUTSEARCH_FC_X_PITCH * e;
+  const size_t y_bytes = size_t(CUTSEARCH_FC_Y_ROWS) * CUTSEARCH_FC_Y_PITCH * e;
+  CHECK(cudaMalloc(&x, x_bytes));
   CHECK(cudaMalloc(&w, size_t(pad_n) * pad_k * e));   // W, zero-padded to [pad_n, pad_k]
   CHECK(cudaMalloc(&b, size_t(pad_n) * e));
-  CHECK(cudaMalloc(&y, size_t(m) * n * e));
-  CHECK(cudaMemset(x, 0, size_t(m) * k * e));
+  CHECK(cudaMalloc(&y, y_bytes));
+  CHECK(cudaMemset(x, 0, x_bytes));
   CHECK(cudaMemset(w, 0, size_t(pad_n) * pad_k * e));
   CHECK(cudaMemset(b, 0, size_t(pad_n) * e));
 
   cs_layer* layer = nullptr;
   if (cs_create(&layer, m, n, k, pad_n, pad_k, /*device=*/0, CUTSEARCH_FC_RASTER, CUTSEARCH_FC_SWIZZLE,
-                CUTSEARCH_FC_SPLITS, CUTSEARCH_FC_DECOMPOSITION, CUTSEARCH_FC_REDUCTION)) {
+                CUTSEARCH_FC_SPLITS, CUTSEARCH_FC_DECOMPOSITION, CUTSEARCH_FC_REDUCTION, CUTSEARCH_FC_IO)) {
     std::fprintf(stderr, "cs_create failed\n");
     return 1;
   }

@@ -2,8 +2,11 @@
 // The layer is y[M,N] = act(x[M,K] @ W[N,K]^T (+ b[N])).
 // Layout transforms chosen by the search are applied here, so one call computes y:
 //   CS_SWAP_AB : the kernel computes y^T = W x^T (kernel M = N, kernel N = M).
-//   pad_k > K  : x is copied per call (pitched) into a zero-padded workspace buffer.
-//   pad_n > N  : the kernel writes a padded output that is copied (pitched) into y.
+//   pad_k > K  : x is copied per call into a zero-padded workspace buffer, unless the caller
+//                hands x over already padded (CS_IO_X_PADDED: row pitch pad_k, finite padding).
+//   pad_n > N  : the kernel writes a padded output that is copied into y, unless the caller
+//                accepts y padded (CS_IO_Y_PADDED: row pitch pad_n).
+// A transposed output (y^T, N x M) is a property of the kernel's D layout, not of this file.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +20,14 @@ ${includes}
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/util/packed_stride.hpp"
 
+${copy_kernels}
+
+// ==== one kernel ====
+// Everything below belongs to one kernel, in a namespace named by its content, so that several
+// kernels can share one translation unit (their headers parsed once) and still compile to the
+// same machine code, under the same symbol names, as alone.
+namespace ${namespace} {
+
 #define CS_SWAP_AB ${swap_ab}
 #define CS_HAS_BIAS ${has_bias}
 #define CS_HAS_ACT ${has_act}
@@ -25,44 +36,7 @@ ${includes}
 ${kernel_source}
 // --------------------------------------------------------------------------------------------
 
-// Per-call layout copies (a named namespace: nvcc's host stubs cannot name kernels in an
-// anonymous one). Padded rows are 16-byte aligned, unpadded ones may not be, so each thread
-// moves one 16-byte vector of the padded side and element-wise accesses on the other. The
-// padding columns are written as zeros, so the padded buffer needs no other init.
-namespace cutsearch_copy {
-
-template <class T>
-__global__ void pad_rows(T* __restrict__ dst, const T* __restrict__ src, int rows, int cols, int pad_cols) {
-  constexpr int V = 16 / sizeof(T);
-  long long vecs_per_row = pad_cols / V;
-  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i >= rows * vecs_per_row) return;
-  long long r = i / vecs_per_row;
-  int c0 = int(i % vecs_per_row) * V;
-  alignas(16) T v[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) v[j] = c0 + j < cols ? src[r * cols + c0 + j] : T(0);
-  reinterpret_cast<uint4*>(dst + r * pad_cols)[c0 / V] = *reinterpret_cast<uint4*>(v);
-}
-
-template <class T>
-__global__ void unpad_rows(T* __restrict__ dst, const T* __restrict__ src, int rows, int cols, int pad_cols) {
-  constexpr int V = 16 / sizeof(T);
-  long long vecs_per_row = pad_cols / V;
-  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i >= rows * vecs_per_row) return;
-  long long r = i / vecs_per_row;
-  int c0 = int(i % vecs_per_row) * V;
-  alignas(16) T v[V];
-  *reinterpret_cast<uint4*>(v) = reinterpret_cast<const uint4*>(src + r * pad_cols)[c0 / V];
-#pragma unroll
-  for (int j = 0; j < V; ++j)
-    if (c0 + j < cols) dst[r * cols + c0 + j] = v[j];
-}
-
-}  // namespace cutsearch_copy
-
-// Named rather than anonymous for the same reason: the copy kernels are instantiated on these types.
+// Named rather than anonymous: nvcc's host stubs cannot name kernels in an anonymous namespace.
 namespace cutsearch_impl {
 
 using GemmKernel = ${operation_name}_type;
@@ -100,18 +74,16 @@ void set_scheduler(S& s, int raster, int swizzle, int splits, int decomposition,
   }
 }
 
-inline unsigned blocks_for(long long rows, int pad_cols, int elem_bytes) {
-  return unsigned((rows * (pad_cols / (16 / elem_bytes)) + 255) / 256);
-}
-
 [[maybe_unused]] inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace cutsearch_impl
 
 using namespace cutsearch_impl;
 
+enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2 };
+
 struct cs_layer {
-  int m, n, k, pad_n, pad_k;
+  int m, n, k, pad_n, pad_k, io;
   int km, kn, kk;  // the kernel's problem after the transforms
   cutlass::KernelHardwareInfo hw;
   SchedulerArgs scheduler{};
@@ -132,7 +104,7 @@ static int fail(cs_layer* h, const char* what, const char* detail) {
 
 extern "C" {
 
-int cs_abi_version(void) { return 2; }
+int cs_abi_version(void) { return 3; }
 const char* cs_kernel_name(void) { return "${operation_name}"; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
 size_t cs_workspace_size(const cs_layer* h) {
@@ -142,12 +114,13 @@ size_t cs_workspace_size(const cs_layer* h) {
 // raster: 0 heuristic, 1 along M, 2 along N. decomposition: 0 heuristic, 1 data-parallel,
 // 2 split-K, 3 stream-K. reduction: 0 deterministic, 1 nondeterministic (split partials
 // reduced in any order). Each is ignored where the tile scheduler has no such knob.
+// io: CS_IO_* flags, the layouts the caller hands over and accepts.
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
-              int raster, int swizzle, int splits, int decomposition, int reduction) {
+              int raster, int swizzle, int splits, int decomposition, int reduction, int io) {
   *out = nullptr;
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return 1;
-  h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k;
+  h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k; h->io = io;
   h->km = CS_SWAP_AB ? pad_n : m;
   h->kn = CS_SWAP_AB ? m : pad_n;
   h->kk = pad_k;
@@ -158,8 +131,8 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   typename Gemm::Arguments probe = {cutlass::gemm::GemmUniversalMode::kGemm,
                                     {h->km, h->kn, h->kk, 1}, {}, {}, h->hw, h->scheduler};
   h->kernel_ws = Gemm::get_workspace_size(probe);
-  h->x_pad_bytes = pad_k != k ? size_t(m) * pad_k * sizeof(ElementA) : 0;
-  h->y_pad_bytes = pad_n != n ? size_t(m) * pad_n * sizeof(ElementD) : 0;
+  h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) ? size_t(m) * pad_k * sizeof(ElementA) : 0;
+  h->y_pad_bytes = pad_n != n && !(io & CS_IO_Y_PADDED) ? size_t(m) * pad_n * sizeof(ElementD) : 0;
   *out = h;
   return 0;
 }
@@ -210,8 +183,8 @@ int cs_run(cs_layer* h, void* stream) {
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
   if (h->x_pad_bytes) {
-    cutsearch_copy::pad_rows<<<blocks_for(h->m, h->pad_k, sizeof(ElementA)), 256, 0, s>>>(
-        reinterpret_cast<ElementA*>(x_pad), static_cast<const ElementA*>(h->x), h->m, h->k, h->pad_k);
+    cutsearch_copy::launch_repitch(reinterpret_cast<ElementA*>(x_pad), h->pad_k,
+                                   static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s);
   }
   if (h->kernel_ws) {
     cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
@@ -222,8 +195,8 @@ int cs_run(cs_layer* h, void* stream) {
   if (h->y_pad_bytes) {
     // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
     // which is the same bytes. Either way row i of y starts at i * pad_n.
-    cutsearch_copy::unpad_rows<<<blocks_for(h->m, h->pad_n, sizeof(ElementD)), 256, 0, s>>>(
-        static_cast<ElementD*>(h->y), reinterpret_cast<const ElementD*>(y_pad), h->m, h->n, h->pad_n);
+    cutsearch_copy::launch_repitch(static_cast<ElementD*>(h->y), h->n,
+                                   reinterpret_cast<const ElementD*>(y_pad), h->pad_n, h->m, h->n, s);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(h, "launch", cudaGetErrorString(e));
@@ -233,3 +206,8 @@ int cs_run(cs_layer* h, void* stream) {
 void cs_destroy(cs_layer* h) { delete h; }
 
 }  // extern "C"
+
+}  // namespace ${namespace}
+#undef CS_SWAP_AB
+#undef CS_HAS_BIAS
+#undef CS_HAS_ACT

@@ -135,6 +135,22 @@ def test_swapped_layout_writes_y_transposed_column_major():
     assert macro(source, "CS_SWAP_AB") == 1
 
 
+@pytest.mark.parametrize("swap_ab,layout", [(False, "ColumnMajor"), (True, "RowMajor")])
+def test_transposed_output_flips_the_layout_of_d(swap_ab, layout):
+    """y^T (N x M row-major) is column-major D direct, and row-major D swapped."""
+    source = _render(dataclasses.replace(LAYER, output="transposed"), coop(swap_ab=swap_ab))
+    assert operands(epilogue(source)) == [("cutlass::half_t", f"cutlass::layout::{layout}", 8)] * 2
+    assert operands(mainloop(source)) == HALF_A_B
+
+
+def test_padded_io_needs_no_other_kernel():
+    """Padded x or y only change the launcher's run-time copies, not the kernel."""
+    padded = dataclasses.replace(LAYER, k=1000, n=1001, input="padded", output="padded")
+    plain = dataclasses.replace(padded, input="contiguous", output="contiguous")
+    # The caller's padded buffers fix the pitches, so the unpadded config is the padded kernel.
+    assert _render(padded, coop()).code == _render(plain, coop(pad=True)).code
+
+
 def test_plain_layer_has_no_epilogue_visitor_tree():
     source = _render(LAYER, coop())
     assert "Sm90EVT" not in source.code and "Broadcast" not in source.code

@@ -1,7 +1,8 @@
 """Compiler + Cache: one real nvcc build of a CUTLASS kernel, then everything it must reuse.
 
-Only one CUTLASS kernel is compiled in this file (about a minute on two cores): the
-module-scoped `built` fixture shares it. The cache key and ptxas parsing are also checked
+One CUTLASS kernel is compiled for most of this file (about a minute on two cores): the
+module-scoped `built` fixture shares it. One more test builds two kernels alone and sharing a
+translation unit, and compares their machine code. The cache key and ptxas parsing are also checked
 without nvcc.
 """
 
@@ -17,6 +18,7 @@ import pytest
 from cutsearch import loader
 from cutsearch.cache import MANIFEST, Cache
 from cutsearch.codegen import KernelSource, cutlass_version, render
+from cutsearch.fatbin import device_code
 from cutsearch.compiler import LIBRARY, LOG, SOURCE, CompiledKernel, Compiler, PtxasReport, Toolchain
 from cutsearch.outcome import Failure, FailureKind
 from cutsearch.problem import Layer
@@ -190,3 +192,27 @@ def test_serialized_wgmma_is_a_defect_even_with_spills():
 
 def test_no_ptxas_output_means_unknown_registers():
     assert PtxasReport.parse("").registers is None
+
+
+@pytest.mark.nvcc
+def test_kernels_sharing_a_translation_unit_are_the_same_machine_code_as_alone(tmp_path):
+    """Batched builds parse the headers once; each kernel must come out byte for byte the same."""
+    layer = Layer(m=256, n=1000, k=1000, bias=True, activation="gelu")
+    configs = [Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="tma", pad=True),
+               Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma",
+                      swap_ab=True, pad=True)]
+    sources = [render(layer, c) for c in configs]
+    toolchain = Toolchain.find(cutlass_version())
+    alone = dict(Compiler(Cache(tmp_path / "alone"), toolchain, jobs=2, max_batch=1).compile_many(enumerate(sources)))
+    shared = dict(Compiler(Cache(tmp_path / "shared"), toolchain, jobs=1).compile_many(enumerate(sources)))
+    for i, source in enumerate(sources):
+        assert isinstance(alone[i], CompiledKernel) and isinstance(shared[i], CompiledKernel)
+        assert json.loads((shared[i].library.parent / "entry.json").read_text())["batch"] == 2
+        mine, batched = device_code(alone[i].library), device_code(shared[i].library)
+        gemm = [name for name in mine if "device_kernel" in name]
+        assert len(gemm) == 1 and batched[gemm[0]] == mine[gemm[0]]
+        # The library answers under the plain C ABI names, for its own kernel.
+        lib = ctypes.CDLL(str(shared[i].library))
+        lib.cs_kernel_name.restype = ctypes.c_char_p
+        assert lib.cs_kernel_name().decode() == source.operation_name
+        assert shared[i].ptxas.registers is not None and shared[i].ptxas.spill_bytes == 0

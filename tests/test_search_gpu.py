@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Loads studies/<study>/best as an application would, with only ctypes, torch and meta.json,
 # and prints the relative Frobenius error of y against a float64 reference. C ABI version 2:
-# cs_create(&h, M, N, K, pad_n, pad_k, device, raster, swizzle, splits, decomposition, reduction).
+# cs_create(&h, M, N, K, pad_n, pad_k, device, raster, swizzle, splits, decomposition, reduction, io).
 CALL_BEST = r"""
 import ctypes, json, sys
 from pathlib import Path
@@ -44,7 +44,7 @@ dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer["dtype"]]
 lib = ctypes.CDLL(str(best / "kernel.so"))
 vp, i = ctypes.c_void_p, ctypes.c_int
 assert lib.cs_abi_version() == abi, f"library has C ABI {lib.cs_abi_version()}, this script speaks {abi}"
-lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i]
+lib.cs_create.argtypes = [ctypes.POINTER(vp), i, i, i, i, i, i, i, i, i, i, i, i]
 lib.cs_create.restype = i
 lib.cs_workspace_size.argtypes = [vp]
 lib.cs_workspace_size.restype = ctypes.c_size_t
@@ -73,7 +73,7 @@ y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
 handle = vp()
 assert lib.cs_create(ctypes.byref(handle), m, n, k, pad_n, pad_k, torch.cuda.current_device(),
                      knobs["raster"], knobs["swizzle"], knobs["splits"], knobs["decomposition"],
-                     knobs.get("reduction", 0)) == 0, "cs_create"
+                     knobs.get("reduction", 0), 0) == 0, "cs_create"  # io 0: contiguous x and y
 workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
 if lib.cs_bind(handle, x.data_ptr(), w_prepared.data_ptr(), None if b_prepared is None else b_prepared.data_ptr(),
                y.data_ptr(), workspace.data_ptr()):

@@ -112,6 +112,32 @@ def test_swapped_unpadded_problem_is_n_by_m():
     assert (kp.pad_n, kp.pad_k) == (4096, 4096)
 
 
+def test_transposed_output_pads_only_k_because_y_transposed_rows_are_m_long():
+    layer = dataclasses.replace(ODD, m=3008, output="transposed")
+    kp = kernel_problem(layer, cfg(pad=True))
+    assert (kp.m, kp.n, kp.k, kp.pad_n, kp.pad_k) == (3008, 1001, 1000, 1001, 1000)
+    assert (kp.align_ab, kp.align_d) == (8, 8)
+
+
+def test_transposed_output_with_unaligned_m_needs_the_nosmem_epilogue():
+    layer = dataclasses.replace(ODD, output="transposed")  # M = 3000 is a multiple of 8
+    assert invalid_reason(layer, cfg(pad=True)) is None
+    odd_m = dataclasses.replace(layer, m=3001)
+    assert "rows of y^T" in invalid_reason(odd_m, cfg(pad=True))
+
+
+def test_padded_input_and_output_keep_the_kernel_problem():
+    padded = dataclasses.replace(ODD, input="padded", output="padded")
+    assert kernel_problem(padded, cfg(pad=True)) == kernel_problem(ODD, cfg(pad=True))
+
+
+def test_a_callers_padded_buffers_fix_the_pitches_so_padding_the_config_is_a_no_op():
+    padded = dataclasses.replace(ODD, input="padded", output="padded")
+    assert kernel_problem(padded, cfg()) == kernel_problem(ODD, cfg(pad=True))
+    assert invalid_reason(padded, cfg()) is None
+    assert invalid_reason(padded, cfg(pad=True)) == "padding is a no-op for this layer"
+
+
 def test_alignment_is_the_largest_power_of_two_up_to_one_vector():
     assert kernel_problem(Layer(m=64, n=1004, k=1020), cfg()).align_ab == 4   # 1020 = 4 * 255
     assert kernel_problem(Layer(m=64, n=1004, k=1020), cfg()).align_d == 4

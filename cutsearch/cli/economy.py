@@ -162,3 +162,35 @@ def heuristics_cmd(
         persist.write_json(out_path, {"recorded": True, "gpu_descriptor": gpu, "metric": metric,
                                       "command": _command(), "comparisons": [c.to_dict() for c in results]})
         out.print(f"wrote {out_path}")
+
+
+@app.command("throughput")
+def throughput_cmd(
+    m: int = typer.Option(4096, "--m"), n: int = typer.Option(5000, "--n"), k: int = typer.Option(1024, "--k"),
+    dtype: str = typer.Option("f16"),
+    kernels: int = typer.Option(64, help="Kernels built sharing units (the model's top configs)."),
+    naive: int = typer.Option(32, help="How many of them are also built one per nvcc process."),
+    jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes (default: usable CPUs)."),
+    batch: int = typer.Option(8, help="Kernels per translation unit at most."),
+    out_path: Path = typer.Option(..., "--out", help="The JSON to write."),
+    keep_cache: Optional[Path] = typer.Option(None, help="Keep the shared build's kernels in this cache."),
+) -> None:
+    """Measure compile throughput: kernels a minute alone and sharing units, same machine code."""
+    import json
+    import os
+
+    from cutsearch import throughput
+    from cutsearch.persist import write_json
+    from cutsearch.problem import Layer
+
+    if kernels <= 0 or naive <= 0 or naive > kernels:
+        raise UserError("need 0 < --naive <= --kernels")
+    if batch <= 0 or (jobs is not None and jobs <= 0):
+        raise UserError("--batch and --jobs must be positive")
+    layer = Layer(m=m, n=n, k=k, dtype=dtype)
+    result = throughput.benchmark(layer, kernels=kernels, naive_kernels=naive, jobs=jobs or len(os.sched_getaffinity(0)),
+                                  batch=batch, keep_cache=keep_cache, on_phase=lambda s: err.print(f"[dim]{s}[/]"))
+    result["command"] = _command()
+    write_json(out_path, result)
+    out.print(json.dumps({"runs": result["runs"], "speedup": result["speedup"],
+                          "identical_machine_code": result["identical_machine_code"]}, indent=1))

@@ -13,7 +13,7 @@ from cutsearch.cli.app import app, err, out, parse_duration
 from cutsearch.errors import UserError
 
 
-def _layer(m, n, k, dtype, bias, activation, layer_file):
+def _layer(m, n, k, dtype, bias, activation, layer_file, io=("contiguous", "contiguous")):
     from cutsearch.problem import Layer, load_layers
 
     if layer_file is not None:
@@ -25,7 +25,7 @@ def _layer(m, n, k, dtype, bias, activation, layer_file):
         return next(iter(layers.values()))
     if None in (m, n, k):
         raise UserError("give the layer as --m M --n N --k K (or a TOML layer file)")
-    return Layer(m=m, n=n, k=k, dtype=dtype, bias=bias, activation=activation)
+    return Layer(m=m, n=n, k=k, dtype=dtype, bias=bias, activation=activation, input=io[0], output=io[1])
 
 
 @app.command("search")
@@ -37,6 +37,10 @@ def search_cmd(
     dtype: str = typer.Option("f16", help="f16 or bf16 (fp32 accumulation)."),
     bias: bool = typer.Option(False, "--bias/--no-bias", help="Add a bias vector (fused in the epilogue)."),
     activation: str = typer.Option("none", help="none, relu, gelu or silu (fused)."),
+    input_layout: str = typer.Option("contiguous", "--input",
+                                     help="contiguous, or padded: x arrives with rows padded to 16 bytes."),
+    output_layout: str = typer.Option("contiguous", "--output",
+                                      help="contiguous, padded (rows padded to 16 bytes) or transposed (y^T)."),
     trials: int = typer.Option(64, help="Finished trials the study should hold; a rerun resumes up to it."),
     timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for this run, e.g. 15m."),
     study: Optional[str] = typer.Option(None, help="Study name (default: from the layer)."),
@@ -59,7 +63,7 @@ def search_cmd(
         raise UserError(f"--gpu must be a GPU index (0 or more), got {gpu}")
     if jobs is not None and jobs <= 0:
         raise UserError(f"--jobs must be positive, got {jobs}")
-    layer = _layer(m, n, k, dtype, bias, activation, layer_file)
+    layer = _layer(m, n, k, dtype, bias, activation, layer_file, (input_layout, output_layout))
     seconds = parse_duration(timeout)
     command = "cutsearch " + shlex.join(sys.argv[1:])
     if evaluator == "model":

@@ -23,6 +23,7 @@ def worker_cmd(
     recording: Optional[Path] = typer.Option(None, help="Recorded evaluations, for --evaluator replay."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
     batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs)."),
+    sampler: str = typer.Option("tpe", help="tpe, random, or model (the model's ranking in order)."),
     seed: Optional[int] = typer.Option(None, help="Sampler seed (default: differs per worker)."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
 ) -> None:
@@ -38,7 +39,7 @@ def worker_cmd(
     command = "cutsearch " + shlex.join(sys.argv[1:])
     with ProgressView(err, trials=trials) as view:
         result = tuner.tune(layer, trials=trials, timeout_s=parse_duration(timeout), study=study, storage=storage,
-                            evaluator=evaluator, gpu=gpu, jobs=jobs, recording=recording, batch=batch,
+                            evaluator=evaluator, gpu=gpu, jobs=jobs, recording=recording, batch=batch, sampler=sampler,
                             seed=os.getpid() if seed is None else seed, warm=0, workspace=ws, command=command,
                             events=view.event)
     print_summary(out, tuner.summary(result, command=command), result)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One device session on the H200 host: install the carried wheels (and a carried compile cache),
-# then run the GPU tests and/or the suite benchmark, keeping every log and result under $OUT.
+# then run the GPU tests, the suite benchmark, the compile-throughput benchmark or the two-GPU
+# scale-out run, keeping every log and result under $OUT.
 #   studies/scripts/gpu-session.sh tests [PYTEST ARGS...]
 #   studies/scripts/gpu-session.sh suite [SUITE ARGS...]
+#   studies/scripts/gpu-session.sh throughput [THROUGHPUT ARGS...]   (on CPUs $CPUS, default all)
+#   studies/scripts/gpu-session.sh scale SECONDS                      (needs two GPUs)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTSEARCH_CACHE=${CUTSEARCH_CACHE:-/tmp/kc}
@@ -12,10 +15,28 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 what=$1; shift
 case "$what" in
-  tests) python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 "$@" tests > "$OUT/gpu-tests.log" 2>&1
+  tests) python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 "$@" > "$OUT/gpu-tests.log" 2>&1
          tail -25 "$OUT/gpu-tests.log" ;;
   suite) python3 -m cutsearch build studies/suite.toml --top "${TOP:-8}" --jobs "$(nproc)" > "$OUT/build.log" 2>&1
          tail -1 "$OUT/build.log"
          python3 -m cutsearch suite studies/suite.toml "$@" > "$OUT/suite.log" 2>&1
          grep -v "━" "$OUT/suite.log" | tail -32 ;;
+  throughput) taskset -c "${CPUS:-0-$(($(nproc) - 1))}" python3 -m cutsearch throughput "$@" > "$OUT/throughput.log" 2>&1
+         tail -30 "$OUT/throughput.log" ;;
+  scale) # One search on GPU 0, then a search on GPU 0 joined by a worker on GPU 1, each on a
+         # fresh study of asr_out, in the model's order (kernels built by `throughput` are cached).
+         secs=$1
+         for n in 1 2; do
+           python3 -m cutsearch search --m 4096 --n 5000 --k 1024 --study "scale-$n" --sampler model \
+             --trials 128 --timeout "${secs}s" --gpu 0 --jobs $(($(nproc) / n)) > "$OUT/scale-$n-gpu0.log" 2>&1 &
+           if [ "$n" = 2 ]; then
+             sleep 10
+             python3 -m cutsearch worker --study scale-2 --gpu 1 --sampler model --trials 128 \
+               --timeout "$((secs - 10))s" --jobs $(($(nproc) / 2)) > "$OUT/scale-2-gpu1.log" 2>&1 &
+           fi
+           wait
+           python3 -m cutsearch show "scale-$n" > "$OUT/scale-$n-show.log" 2>&1
+           cp "studies/results/scale-$n.json" "$OUT/" 2>/dev/null
+         done
+         tail -n 12 "$OUT"/scale-*-show.log ;;
 esac

@@ -73,15 +73,15 @@ static int fail(cs_layer* h, const char* what, const char* detail) {
 
 extern "C" {
 
-int cs_abi_version(void) { return 2; }
+int cs_abi_version(void) { return 3; }
 const char* cs_kernel_name(void) { return "cs_fault_" CS_TAG; }
 int cs_fault_mode(void) { return CS_FAULT; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
 size_t cs_workspace_size(const cs_layer* h) { return h ? 256 : 0; }
 
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
-              int raster, int swizzle, int splits, int decomposition, int reduction) {
-  (void)device; (void)raster; (void)swizzle; (void)splits; (void)decomposition; (void)reduction;
+              int raster, int swizzle, int splits, int decomposition, int reduction, int io) {
+  (void)device; (void)raster; (void)swizzle; (void)splits; (void)decomposition; (void)reduction; (void)io;
   *out = nullptr;
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return 1;

@@ -1,0 +1,89 @@
+// Rendered into every kernel's translation unit (templates/launcher.cu); tests compile it alone.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+// Per-call layout copy (a named namespace: nvcc's host stubs cannot name kernels in an
+// anonymous one): dst[r][c] = c < cols ? src[r][c] : 0 for c < dst_pitch. Padding x and
+// unpadding y are both this. A block owns CHUNK consecutive elements of dst. Dropping or adding
+// padding columns keeps order, so the source elements it needs are one contiguous range too:
+// the block stages that range in shared memory with 16-byte loads, then writes its chunk with
+// 16-byte stores. Both sides are coalesced whatever the rows' alignment; only the ragged ends
+// of a range move element by element.
+namespace cutsearch_copy {
+
+constexpr int THREADS = 256;
+
+template <class T>
+constexpr int chunk() { return THREADS * (16 / int(sizeof(T))); }
+
+template <class T, class I>
+__global__ void __launch_bounds__(THREADS)
+repitch(T* __restrict__ dst, I dst_pitch, const T* __restrict__ src, I src_pitch, I rows, I cols) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int C = chunk<T>();
+  constexpr int CAP = 2 * C + 2 * V;  // enough unless a row loses most of its pitch
+  __shared__ alignas(16) T staged[CAP];
+  const I total = rows * dst_pitch;
+  const I q0 = I(blockIdx.x) * C;
+  const I q1 = q0 + C < total ? q0 + C : total;
+  const I ra = q0 / dst_pitch, ca = q0 - ra * dst_pitch;
+  const I rb = (q1 - 1) / dst_pitch, cb = (q1 - 1) - rb * dst_pitch;
+  const I s0 = ra * src_pitch + (ca < cols ? ca : cols);
+  I s1 = rb * src_pitch + (cb + 1 < cols ? cb + 1 : cols);
+  if (s1 < s0) s1 = s0;
+  // Stage from the 16-byte boundary at or below s0, so aligned global vectors land aligned.
+  const I lead = I((reinterpret_cast<uintptr_t>(src + s0) & 15) / sizeof(T));
+  const I base = s0 - lead;
+  const bool use_smem = s1 - base <= CAP;
+  if (use_smem) {
+    for (I v = threadIdx.x; v * V < s1 - base; v += THREADS) {
+      const I e = base + v * V;
+      if (e >= s0 && e + V <= s1) {
+        reinterpret_cast<uint4*>(staged)[v] = *reinterpret_cast<const uint4*>(src + e);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (e + j >= s0 && e + j < s1) staged[v * V + j] = src[e + j];
+      }
+    }
+    __syncthreads();
+  }
+  const I dlead = I((reinterpret_cast<uintptr_t>(dst + q0) & 15) / sizeof(T));
+  for (I v = threadIdx.x; v * V < q1 - q0 + dlead; v += THREADS) {
+    const I e = q0 - dlead + v * V;  // first dst element of this 16-byte vector
+    const I first = e > q0 ? e : q0;
+    I r = first / dst_pitch, c = first - r * dst_pitch;
+    alignas(16) T out[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (e + j >= first && e + j < q1) {
+        const I s = r * src_pitch + c;
+        out[j] = c < cols ? (use_smem ? staged[s - base] : src[s]) : T(0);
+        if (++c == dst_pitch) { c = 0; ++r; }
+      }
+    }
+    if (e >= q0 && e + V <= q1) {
+      *reinterpret_cast<uint4*>(dst + e) = *reinterpret_cast<const uint4*>(out);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (e + j >= q0 && e + j < q1) dst[e + j] = out[j];
+    }
+  }
+}
+
+// 32-bit index arithmetic where it suffices: the divisions are a visible share of a copy.
+template <class T>
+void launch_repitch(T* dst, long long dst_pitch, const T* src, long long src_pitch, long long rows,
+                    long long cols, cudaStream_t s) {
+  const long long total = rows * dst_pitch;
+  const unsigned blocks = unsigned((total + chunk<T>() - 1) / chunk<T>());
+  if (total + chunk<T>() < (1LL << 31) && rows * src_pitch < (1LL << 31))
+    repitch<T, int><<<blocks, THREADS, 0, s>>>(dst, int(dst_pitch), src, int(src_pitch), int(rows), int(cols));
+  else
+    repitch<T, long long><<<blocks, THREADS, 0, s>>>(dst, dst_pitch, src, src_pitch, rows, cols);
+}
+
+}  // namespace cutsearch_copy

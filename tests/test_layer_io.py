@@ -1,0 +1,47 @@
+"""The layouts a caller hands over and accepts: validation, identity and buffer shapes."""
+
+from __future__ import annotations
+
+import pytest
+
+from cutsearch.errors import UserError
+from cutsearch.problem import Layer, load_layers
+
+
+def test_default_layer_keeps_its_old_identity():
+    layer = Layer(m=3000, n=1001, k=999, bias=True)
+    assert layer.slug == "fc-3000x1001x999-f16-bias"
+    assert "input" not in layer.to_dict() and "output" not in layer.to_dict()
+
+
+def test_io_options_change_the_study_name_and_round_trip():
+    layer = Layer(m=3000, n=1001, k=999, input="padded", output="transposed")
+    assert layer.slug == "fc-3000x1001x999-f16-xpad-yT"
+    assert Layer.from_dict(layer.to_dict()) == layer
+
+
+@pytest.mark.parametrize("output,shape", [("contiguous", (3000, 1001)), ("padded", (3000, 1008)),
+                                          ("transposed", (1001, 3000))])
+def test_output_buffer_shape_follows_the_layout(output, shape):
+    assert Layer(m=3000, n=1001, k=999, output=output).y_shape == shape
+
+
+def test_padded_input_pitch_is_k_rounded_to_16_bytes():
+    assert Layer(m=8, n=8, k=999, input="padded").x_pitch == 1000
+    assert Layer(m=8, n=8, k=999).x_pitch == 999
+    assert Layer(m=8, n=8, k=1024, input="padded").x_pitch == 1024
+
+
+@pytest.mark.parametrize("field,value", [("input", "transposed"), ("output", "strided"), ("input", 1)])
+def test_unknown_layouts_are_user_errors(field, value):
+    with pytest.raises(UserError, match=f"unsupported {field} layout"):
+        Layer(m=8, n=8, k=8, **{field: value})
+
+
+def test_suite_files_carry_the_io_options(tmp_path):
+    path = tmp_path / "suite.toml"
+    path.write_text('[unaligned_padded]\nM = 3000\nN = 1001\nK = 999\ndtypes = ["f16", "bf16"]\n'
+                    'input = "padded"\noutput = "padded"\n')
+    layers = load_layers(path)
+    assert {layer.input for layer in layers.values()} == {"padded"}
+    assert {layer.output for layer in layers.values()} == {"padded"}

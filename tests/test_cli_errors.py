@@ -82,8 +82,10 @@ NVCC_13 = 'case "$1" in --version) echo "Cuda compilation tools, release 13.0, V
     (["--m", "64", "--n", "64", "--k", "64", "--timeout", "soon"], ["cannot read duration 'soon'"]),
     (["--m", "64", "--n", "64", "--k", "64", "--jobs", "0"], ["--jobs must be positive"]),
     (["--m", "64", "--n", "64", "--k", "64", "--study", "../escape"], ["study name '../escape'"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--input", "strided"], ["unsupported input layout 'strided'"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--output", "packed"], ["unsupported output layout 'packed'"]),
 ], ids=["M-zero", "N-negative", "K-zero", "N-not-integer", "M-not-a-number", "K-beyond-int32",
-        "beyond-memory", "dtype", "activation", "K-missing", "duration", "jobs", "study-name"])
+        "beyond-memory", "dtype", "activation", "K-missing", "duration", "jobs", "study-name", "input", "output"])
 def test_bad_layer_or_option_is_one_line_and_writes_nothing(studies, args, fragments):
     one_line_error(cutsearch("search", *args, *REPLAY), *fragments)
     assert nothing_written(studies)
@@ -284,3 +286,13 @@ def test_export_into_a_foreign_directory_is_refused_and_leaves_it_alone(studies,
     one_line_error(cutsearch("export", "exported", "--out", str(foreign), "--force"), str(foreign))
     assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
     assert hashlib.sha256((foreign / "thesis.tex").read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--kernels", "4", "--naive", "8"], "need 0 < --naive <= --kernels"),
+    (["--batch", "0"], "--batch and --jobs must be positive"),
+    (["--m", "0"], "M must be positive"),
+])
+def test_bad_throughput_benchmark_options_are_one_line(tmp_path, args, fragment):
+    one_line_error(cutsearch("throughput", *args, "--out", str(tmp_path / "t.json")), fragment)
+    assert not (tmp_path / "t.json").exists()

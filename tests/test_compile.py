@@ -216,3 +216,9 @@ def test_kernels_sharing_a_translation_unit_are_the_same_machine_code_as_alone(t
         lib.cs_kernel_name.restype = ctypes.c_char_p
         assert lib.cs_kernel_name().decode() == source.operation_name
         assert shared[i].ptxas.registers is not None and shared[i].ptxas.spill_bytes == 0
+
+
+def test_device_code_of_a_file_without_cubins_is_empty(tmp_path):
+    host_only = tmp_path / "host.so"
+    host_only.write_bytes(b"\x7fELF" + b"\x02\x01" + b"\0" * 64 + b"\x7fELF\x01\x01garbage")
+    assert device_code(host_only) == {}

@@ -84,6 +84,15 @@ def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: di
         transposed=int(layer.output == "transposed"))
 
 
+def _layouts(layer: Layer) -> str:
+    x = (f"x is [M, {layer.x_pitch}] (K = {layer.k} padded to 16-byte rows; padding finite)"
+         if layer.input == "padded" else f"x is [M, {layer.k}] contiguous")
+    y = {"contiguous": f"y is [M, {layer.n}] contiguous",
+         "padded": f"y is [M, {layer.y_shape[1]}] (N = {layer.n} padded to 16-byte rows)",
+         "transposed": f"y is y^T, [{layer.n}, M] contiguous"}[layer.output]
+    return f"{x}; {y}."
+
+
 def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:
     return {
         HEADER: header,
@@ -91,7 +100,8 @@ def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:
                                                   needs_cutlass="ON" if backend == "cutlass" else "OFF"),
         "example.cpp": codegen.render_template("example.cpp"),
         "README.md": codegen.render_template("export_README.md", shape=layer.shape, dtype=layer.dtype,
-                                             backend=backend, library=LIBRARY, header=HEADER),
+                                             backend=backend, library=LIBRARY, header=HEADER,
+                                             layouts=_layouts(layer)),
     }
 
 

@@ -1,0 +1,57 @@
+"""The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer.
+
+Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
+the float64 reference: a candidate whose result were wrong in a layout would come back as a
+Failure, not a Measurement. CI builds them (`nvcc`); the measurement needs a Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cutsearch.cache import Cache
+from cutsearch.codegen import cutlass_version, render
+from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
+from cutsearch.outcome import Measurement
+from cutsearch.pool import WorkerProcess
+from cutsearch.problem import Layer
+from cutsearch.space import Config, invalid_reason, kernel_problem, knob_grid
+from cutsearch.worker import MeasureRequest
+
+BASE = Layer(m=256, n=1001, k=999, dtype="bf16", bias=True, activation="silu")
+CONFIG = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma")
+CASES = {
+    "x-and-y-padded": (dataclasses.replace(BASE, input="padded", output="padded"), CONFIG),
+    "y-transposed-swapped": (dataclasses.replace(BASE, output="transposed"), dataclasses.replace(CONFIG, pad=True, swap_ab=True)),
+    "x-padded-y-transposed": (dataclasses.replace(BASE, input="padded", output="transposed"), CONFIG),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, CompiledKernel]:
+    for layer, config in CASES.values():
+        assert invalid_reason(layer, config) is None
+    compiler = Compiler(Cache(tmp_path_factory.mktemp("kernels")), Toolchain.find(cutlass_version()))
+    sources = ((name, render(layer, config)) for name, (layer, config) in CASES.items())
+    return dict(compiler.compile_many(sources))
+
+
+@pytest.mark.nvcc
+def test_every_layout_builds(built):
+    assert all(isinstance(k, CompiledKernel) for k in built.values()), built
+
+
+@pytest.mark.gpu
+def test_every_layout_computes_the_layer(built):
+    with WorkerProcess(0) as worker:
+        for name, (layer, config) in CASES.items():
+            kp = kernel_problem(layer, config)
+            request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
+                                     dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
+                                     pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=tuple(knob_grid(config, layer))[:2],
+                                     input=layer.input, output=layer.output, reps=5, warmup=1)
+            reply = worker.call(request, timeout_s=300)
+            assert isinstance(reply, Measurement), (name, reply)
+            assert reply.rel_error < 1e-2 and reply.baseline is not None

@@ -21,6 +21,7 @@ import torch
 from cutsearch import codegen
 from cutsearch.cache import Cache
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
+from cold_l2 import timed as cold
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,22 +36,6 @@ def build() -> ctypes.CDLL:
         getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong,
                                        ctypes.c_longlong, ctypes.c_longlong, ctypes.c_void_p]
     return lib
-
-
-def cold(call, reps: int = 30) -> dict:
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        call()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        flush.zero_()
-        s.record()
-        call()
-        e.record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-    return {"median_us": times[reps // 2], "p20_us": times[reps // 5], "p80_us": times[4 * reps // 5]}
 
 
 def main(out: Path) -> None:

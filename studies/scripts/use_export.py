@@ -9,29 +9,13 @@ with 20th/80th percentiles, and F.linear timed the same way on the same inputs.
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
 import cutsearch
-
-
-def timed(call, flush, reps=50, warmup=5):
-    for _ in range(warmup):
-        call()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        flush.zero_()
-        s.record()
-        call()
-        e.record()
-    torch.cuda.synchronize()
-    us = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-    q = statistics.quantiles(us, n=10)
-    return {"median_us": statistics.median(us), "p20_us": q[1], "p80_us": q[7], "reps": reps}
+from cold_l2 import timed
 
 
 def main():
@@ -58,11 +42,10 @@ def main():
     err = float(torch.linalg.norm(y.double() - ref) / torch.linalg.norm(ref))
     assert err < 1e-2, f"relative error {err}"
 
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    ours = timed(lambda: fc(x, out=y), flush)
-    theirs = timed(lambda: act(F.linear(x, w, b)), flush)
+    ours = timed(lambda: fc(x, out=y), reps=50, warmup=5)
+    theirs = timed(lambda: act(F.linear(x, w, b)), reps=50, warmup=5)
     # A bias-free layer may call torch.mm instead: time that too, same inputs, same timer.
-    mm = timed(lambda: torch.mm(x, w.t()), flush) if b is None and spec["activation"] == "none" else None
+    mm = timed(lambda: torch.mm(x, w.t()), reps=50, warmup=5) if b is None and spec["activation"] == "none" else None
     # Host cost of one call (arguments already prepared), synchronised each time.
     torch.cuda.synchronize()
     t0 = time.perf_counter()

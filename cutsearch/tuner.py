@@ -13,6 +13,7 @@ import datetime
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -124,22 +125,30 @@ def _record_run(store, name: str, result: SearchResult, command: str) -> list[di
     return runs
 
 
-def study_layer(study: str, storage: str | None = None, workspace: Workspace | None = None) -> Layer:
-    """The layer an existing study searches (for workers that join it)."""
+def study_layer(study: str, storage: str | None = None, workspace: Workspace | None = None,
+                wait_s: float = 0.0) -> Layer:
+    """The layer an existing study searches (for workers that join it).
+
+    `wait_s` lets a worker started together with the search wait for it to create the study.
+    """
     import optuna
 
     from cutsearch.storage import open_storage
 
     ws = workspace or Workspace()
     store = open_storage(ws.storage_url(Workspace.check_name(study), storage))
-    try:
-        loaded = optuna.load_study(study_name=study, storage=store)
-    except KeyError:
-        raise UserError(f"no study named {study!r} in {storage or ws.journal(study)}") from None
-    layer = loaded.user_attrs.get("layer")
-    if layer is None:
-        raise UserError(f"study {study!r} was not made by cutsearch: it records no layer")
-    return Layer.from_dict(layer, name=study)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            layer = optuna.load_study(study_name=study, storage=store).user_attrs.get("layer")
+            if layer is not None:
+                return Layer.from_dict(layer, name=study)
+            missing = f"study {study!r} was not made by cutsearch: it records no layer"
+        except KeyError:
+            missing = f"no study named {study!r} in {storage or ws.journal(study)}"
+        if time.monotonic() >= deadline:
+            raise UserError(missing + (f" (waited {wait_s:.0f} s)" if wait_s else ""))
+        time.sleep(0.5)
 
 
 def _toolchain(ev: Evaluator) -> Provenance:

@@ -21,6 +21,7 @@ import collections
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -109,3 +110,18 @@ def test_two_workers_reach_the_target_exactly_without_evaluating_a_config_twice(
     finally:
         if storage:
             optuna.delete_study(study_name=study, storage=store)
+
+
+def test_a_worker_started_before_the_search_waits_for_its_study(tmp_path):
+    """Workers are often started together with the search that creates the study."""
+    study = f"wait-{uuid.uuid4().hex[:10]}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    worker = cutsearch("worker", "--study", study, "--evaluator", "model", "--trials", "8", "--batch", "2",
+                       "--wait", "120s", env=env)
+    time.sleep(3)  # the worker is polling for a study that does not exist yet
+    assert worker.poll() is None, worker.communicate()
+    finish(cutsearch("search", *LAYER, "--evaluator", "model", "--trials", "4", "--study", study, env=env))
+    finish(worker)
+    journal = Path(env["CUTSEARCH_STUDIES"]) / study / "journal.log"
+    trials = optuna.load_study(study_name=study, storage=open_storage(str(journal))).get_trials(deepcopy=False)
+    assert sum(map(counts, trials)) == 8

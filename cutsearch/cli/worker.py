@@ -19,6 +19,8 @@ def worker_cmd(
     gpu: int = typer.Option(0, help="GPU index this worker measures on."),
     trials: int = typer.Option(64, help="Evaluated trials the study should reach; workers stop there."),
     timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for this worker, e.g. 30m."),
+    wait: Optional[str] = typer.Option(None, help="Wait this long for the study to appear, e.g. 2m "
+                                                  "(a worker started together with the search)."),
     evaluator: str = typer.Option("gpu", help="gpu, replay or model."),
     recording: Optional[Path] = typer.Option(None, help="Recorded evaluations, for --evaluator replay."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
@@ -35,7 +37,7 @@ def worker_cmd(
     from cutsearch.workspace import Workspace
 
     ws = Workspace(studies_dir)
-    layer = tuner.study_layer(study, storage, ws)
+    layer = tuner.study_layer(study, storage, ws, wait_s=parse_duration(wait) or 0.0)
     command = "cutsearch " + shlex.join(sys.argv[1:])
     with ProgressView(err, trials=trials) as view:
         result = tuner.tune(layer, trials=trials, timeout_s=parse_duration(timeout), study=study, storage=storage,

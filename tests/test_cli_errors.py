@@ -81,11 +81,13 @@ NVCC_13 = 'case "$1" in --version) echo "Cuda compilation tools, release 13.0, V
     (["--m", "64", "--n", "64"], ["--m M --n N --k K"]),
     (["--m", "64", "--n", "64", "--k", "64", "--timeout", "soon"], ["cannot read duration 'soon'"]),
     (["--m", "64", "--n", "64", "--k", "64", "--jobs", "0"], ["--jobs must be positive"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--batch", "-1"], ["--batch must be positive"]),
     (["--m", "64", "--n", "64", "--k", "64", "--study", "../escape"], ["study name '../escape'"]),
     (["--m", "64", "--n", "64", "--k", "64", "--input", "strided"], ["unsupported input layout 'strided'"]),
     (["--m", "64", "--n", "64", "--k", "64", "--output", "packed"], ["unsupported output layout 'packed'"]),
 ], ids=["M-zero", "N-negative", "K-zero", "N-not-integer", "M-not-a-number", "K-beyond-int32",
-        "beyond-memory", "dtype", "activation", "K-missing", "duration", "jobs", "study-name", "input", "output"])
+        "beyond-memory", "dtype", "activation", "K-missing", "duration", "jobs", "batch", "study-name", "input",
+        "output"])
 def test_bad_layer_or_option_is_one_line_and_writes_nothing(studies, args, fragments):
     one_line_error(cutsearch("search", *args, *REPLAY), *fragments)
     assert nothing_written(studies)

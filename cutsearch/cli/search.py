@@ -50,6 +50,9 @@ def search_cmd(
     recording: Optional[Path] = typer.Option(None, help="Recorded evaluations, for --evaluator replay."),
     sampler: str = typer.Option("tpe", help="tpe, random, or model (the model's ranking in order)."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes (default: CPU count)."),
+    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs). Above --jobs, "
+                                                   "kernels share translation units: more per minute, "
+                                                   "fewer sampler updates."),
     warm: Optional[int] = typer.Option(None, help="Model-ranked configs enqueued first (default: one batch)."),
     seed: int = typer.Option(0, help="Sampler seed, for reproducible searches."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
@@ -63,6 +66,8 @@ def search_cmd(
         raise UserError(f"--gpu must be a GPU index (0 or more), got {gpu}")
     if jobs is not None and jobs <= 0:
         raise UserError(f"--jobs must be positive, got {jobs}")
+    if batch is not None and batch <= 0:
+        raise UserError(f"--batch must be positive, got {batch}")
     layer = _layer(m, n, k, dtype, bias, activation, layer_file, (input_layout, output_layout))
     seconds = parse_duration(timeout)
     command = "cutsearch " + shlex.join(sys.argv[1:])
@@ -70,7 +75,7 @@ def search_cmd(
         err.print("[yellow]--evaluator model: every time below is a model prediction, not a measurement[/]")
     with ProgressView(err, trials=trials) as view:
         result = tuner.tune(layer, trials=trials, timeout_s=seconds, study=study, storage=storage,
-                            evaluator=evaluator, gpu=gpu, jobs=jobs, recording=recording, sampler=sampler,
+                            evaluator=evaluator, gpu=gpu, jobs=jobs, batch=batch, recording=recording, sampler=sampler,
                             seed=seed, warm=warm, workspace=Workspace(studies_dir), command=command,
                             events=view.event)
     print_summary(out, tuner.summary(result, command=command), result)

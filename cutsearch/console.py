@@ -74,14 +74,19 @@ def _us(v: float | None) -> str:
 
 def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> None:
     layer = s["layer"]
+    io = "".join(f" {k} {layer[k]}" for k in ("input", "output") if k in layer)
     title = (f"{s['study']}: {layer['M']}x{layer['N']}x{layer['K']} {layer['dtype']}"
-             f"{' +bias' if layer['bias'] else ''}{'' if layer['activation'] == 'none' else ' ' + layer['activation']}")
+             f"{' +bias' if layer['bias'] else ''}{'' if layer['activation'] == 'none' else ' ' + layer['activation']}{io}")
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     table.add_row("best kernel", _us(s["best_us"]))
     table.add_row("cuBLAS (F.linear)", _us(s["cublas_us"]))
     table.add_row("speedup", "-" if s["speedup"] is None else f"{s['speedup']:.2f}x")
+    # The same kernel with the caller's buffers already padded: what the per-call copies cost.
+    for name, us in ((s.get("best") or {}).get("io_variants_us") or {}).items():
+        table.add_row(f"  with {name}" if name != "kernel only" else "  with x and y padded",
+                      _us(us) + (f" ({s['cublas_us'] / us:.2f}x)" if s.get("cublas_us") else ""))
     table.add_row("roofline floor", f"{s['floor_us']:.1f} µs"
                   + ("" if not s["fraction_of_floor"] else f" ({100 * s['fraction_of_floor']:.0f}% reached)"))
     table.add_row("trials", f"{s['trials']} ({s['new_trials']} new, {s['new_compiles']} compiled in this run)")

@@ -113,3 +113,22 @@ def test_the_show_command_prints_the_study(tmp_path):
     result = CliRunner().invoke(app, ["show", ASR_OUT, "--storage", recorded(tmp_path, ASR_OUT), "--top", "3"])
     assert result.exit_code == 0, result.output
     assert "best kernel" in result.output and "70.9 µs" in result.output
+
+
+def test_summary_reports_the_figures_with_padded_buffers_beside_the_plain_one():
+    """A padded winner is also timed with the caller's buffers padded: both figures are shown."""
+    from cutsearch.console import print_summary
+
+    summary = {"study": "s", "layer": {"M": 3000, "N": 1001, "K": 999, "dtype": "f16", "bias": True,
+                                       "activation": "none"},
+               "best_us": 40.0, "cublas_us": 80.0, "speedup": 2.0, "floor_us": 7.6, "fraction_of_floor": 0.19,
+               "trials": 1, "new_trials": 1, "new_compiles": 1, "failures": {}, "wall_s": 1.0, "cublas_wins": False,
+               "best": {"config": {"tile_m": 128, "tile_n": 64, "tile_k": 128, "cluster_m": 1, "cluster_n": 2,
+                                   "kernel_schedule": "pingpong", "epilogue_schedule": "tma", "stages": 0,
+                                   "tile_scheduler": "persistent", "swap_ab": True, "pad": True},
+                        "knobs": {"raster": 1, "swizzle": 8}, "io_variants_us": {"x padded": 32.0, "kernel only": 20.0}}}
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=120), summary)
+    text = buffer.getvalue()
+    assert "with x padded" in text and "32.0 µs (2.50x)" in text
+    assert "with x and y padded" in text and "20.0 µs (4.00x)" in text

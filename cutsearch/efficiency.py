@@ -38,6 +38,7 @@ from cutsearch.errors import UserError
 from cutsearch.evaluator import MEASURE_TIMEOUT_S, Evaluation, save_recording
 from cutsearch.outcome import Failure, FailureKind, Measurement
 from cutsearch.problem import Layer
+from cutsearch.search import BATCH_PER_JOB
 from cutsearch.space import Config, Space, invalid_reason
 
 STRATEGIES = ("tpe+warm", "tpe", "random", "model")
@@ -215,6 +216,13 @@ class CostModel:
     restart_s: float = 15.0           # a crashed worker is replaced (torch import, CUDA init)
     timeout_s: float = MEASURE_TIMEOUT_S
     compile_fallback_s: float | None = None  # compile time of a failed build; default: recording median
+    # Kernels sharing a translation unit, as Compiler.compile_many packs a backlog larger than
+    # `jobs`: a unit of k costs (unit_fixed + unit_marginal * k) times its members' mean alone
+    # time. Read off the H200 host's throughput run (studies/results/throughput-*.json): 32
+    # kernels alone in 110.5 s (two rounds of 16), 128 in units of 8 in 102.0 s (one round).
+    max_unit: int = 8
+    unit_fixed: float = 0.879
+    unit_marginal: float = 0.121
 
     def measure_s(self, ev: Evaluation) -> float:
         """The GPU time of one evaluation (0 when nothing reached the GPU)."""
@@ -253,13 +261,20 @@ def simulate_batch(start_s: float, evaluations: Sequence[Evaluation], cost: Cost
     GPU, a failed build is known as soon as the handler reaches it.
     """
     ready = start_s + cost.render_s * len(evaluations)
-    slots = [ready] * max(1, cost.jobs)
-    built = []
-    for i, ev in enumerate(evaluations):
+    jobs = max(1, cost.jobs)
+    slots = [ready] * jobs
+    # Refused configs never reach nvcc; the rest share units when they outnumber the slots.
+    to_build = [i for i, ev in enumerate(evaluations) if cost.compile_s(ev, fallback_compile_s) > 0]
+    size = max(1, min(cost.max_unit, -(-len(to_build) // jobs)))
+    built = [(ready, i, ev) for i, ev in enumerate(evaluations) if i not in set(to_build)]
+    for u in range(0, len(to_build), size):
+        unit = to_build[u:u + size]
+        alone = statistics.fmean(cost.compile_s(evaluations[i], fallback_compile_s) for i in unit)
+        factor = 1.0 if len(unit) == 1 else cost.unit_fixed + cost.unit_marginal * len(unit)
         begin = heapq.heappop(slots)
-        done = begin + cost.compile_s(ev, fallback_compile_s)
+        done = begin + alone * factor
         heapq.heappush(slots, done)
-        built.append((done, i, ev))
+        built += [(done, i, evaluations[i]) for i in unit]
     cursor = ready
     known = []
     for done, _, ev in sorted(built, key=lambda b: (b[0], b[1])):
@@ -429,7 +444,7 @@ def replay_strategy(recording: Recording, strategy: str, *, seed: int = 0, batch
     target = min(measured) * (1 + tolerance)
     compiles = [e.compile_s for e in evaluations if e.compile_s is not None]
     fallback = statistics.median(compiles) if compiles else 30.0
-    batch = max(1, batch or cost.jobs)
+    batch = max(1, batch or BATCH_PER_JOB * cost.jobs)
     proposer = _proposer(strategy, recording.layer, [e.config for e in evaluations], seed=seed, batch=batch,
                          warm=warm)
     clock = 0.0
@@ -460,7 +475,7 @@ def exhaustive_wall_s(recording: Recording, *, batch: int | None = None, cost: C
     evaluations, _ = candidates_of(recording)
     compiles = [e.compile_s for e in evaluations if e.compile_s is not None]
     fallback = statistics.median(compiles) if compiles else 30.0
-    batch = max(1, batch or cost.jobs)
+    batch = max(1, batch or BATCH_PER_JOB * cost.jobs)
     clock = 0.0
     for i in range(0, len(evaluations), batch):
         _, clock = simulate_batch(clock, evaluations[i:i + batch], cost, fallback)
@@ -481,7 +496,7 @@ def benchmark(recordings: Sequence[Recording], *, strategies: Sequence[str] = ST
     for s in strategies:
         if s not in STRATEGIES:
             raise UserError(f"unknown strategy {s!r}: choose from {', '.join(STRATEGIES)}")
-    batch = max(1, batch or cost.jobs)
+    batch = max(1, batch or BATCH_PER_JOB * cost.jobs)
     report: dict[str, Any] = {
         "recorded": True,
         "source": "recorded",

@@ -21,7 +21,7 @@ from cutsearch import persist
 from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
 from cutsearch.problem import Layer
-from cutsearch.search import SearchResult, TrialRecord, default_cache_dir, search
+from cutsearch.search import BATCH_PER_JOB, SearchResult, TrialRecord, default_cache_dir, search
 from cutsearch.space import kernel_problem
 from cutsearch.workspace import Workspace
 
@@ -75,8 +75,9 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
         from optuna.artifacts import FileSystemArtifactStore
 
         ws.artifacts(name).mkdir(parents=True, exist_ok=True)
+        nvcc_jobs = getattr(getattr(ev, "compiler", None), "jobs", None)
         result = search(layer, evaluator=ev, storage=store, study_name=name, trials=trials, timeout_s=timeout_s,
-                        batch=batch or getattr(getattr(ev, "compiler", None), "jobs", None), sampler=sampler,
+                        batch=batch or (nvcc_jobs and BATCH_PER_JOB * nvcc_jobs), sampler=sampler,
                         seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
                         artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
         if result.best is not None and not ws.best_dir(name).exists():

@@ -129,10 +129,22 @@ def _ev(key_index: int, compile_s: float | None, outcome) -> Evaluation:
 def test_batches_compile_in_parallel_and_measure_one_at_a_time():
     ok = Measurement(timing=Timing(median_us=10, p20_us=10, p80_us=10, reps=30), knobs=Knobs(), rel_error=0)
     evals = [_ev(0, 10.0, ok), _ev(1, 10.0, ok), _ev(2, 10.0, ok)]
-    cost = CostModel(jobs=2, render_s=0.0, measure_fixed_s=1.0, reps=0)
+    cost = CostModel(jobs=2, render_s=0.0, measure_fixed_s=1.0, reps=0, max_unit=1)
     known, end = simulate_batch(0.0, evals, cost, fallback_compile_s=30.0)
     assert [round(t, 6) for t, _ in known] == [11.0, 12.0, 21.0]
     assert end == pytest.approx(21.0)
+
+
+def test_a_backlog_larger_than_the_slots_compiles_in_shared_units():
+    """As Compiler.compile_many: 3 kernels on 2 slots make units of 2 and 1."""
+    ok = Measurement(timing=Timing(median_us=10, p20_us=10, p80_us=10, reps=30), knobs=Knobs(), rel_error=0)
+    evals = [_ev(0, 10.0, ok), _ev(1, 10.0, ok), _ev(2, 10.0, ok)]
+    cost = CostModel(jobs=2, render_s=0.0, measure_fixed_s=1.0, reps=0, unit_fixed=1.0, unit_marginal=0.5)
+    known, end = simulate_batch(0.0, evals, cost, fallback_compile_s=30.0)
+    # The lone kernel is built at 10 s; the unit of two at 10 * (1.0 + 0.5 * 2) = 20 s.
+    assert [(round(t, 6), ev.config.key) for t, ev in known] == [
+        (11.0, evals[2].config.key), (21.0, evals[0].config.key), (22.0, evals[1].config.key)]
+    assert end == pytest.approx(22.0)
 
 
 def test_a_failed_build_costs_compile_time_but_no_gpu_time():

@@ -103,7 +103,7 @@ def efficiency_cmd(
     recordings: List[Path] = _RECORDINGS,
     repeats: int = typer.Option(5, help="Seeds per strategy (the model's ranking has one order)."),
     jobs: int = typer.Option(16, help="Parallel nvcc processes in the wall-time model."),
-    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs, as a search does)."),
+    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: twice --jobs, as a search does)."),
     warm: Optional[int] = typer.Option(None, help="Model-ranked configs first for tpe+warm (default: one batch)."),
     tolerance: float = typer.Option(0.02, help="How close to the recording's best counts as found."),
     strategy: Optional[List[str]] = typer.Option(None, help="Strategies to run (default: all)."),

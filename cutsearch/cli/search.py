@@ -50,7 +50,7 @@ def search_cmd(
     recording: Optional[Path] = typer.Option(None, help="Recorded evaluations, for --evaluator replay."),
     sampler: str = typer.Option("tpe", help="tpe, random, or model (the model's ranking in order)."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes (default: CPU count)."),
-    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs). Above --jobs, "
+    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: twice --jobs). Above --jobs, "
                                                    "kernels share translation units: more per minute, "
                                                    "fewer sampler updates."),
     warm: Optional[int] = typer.Option(None, help="Model-ranked configs enqueued first (default: one batch)."),

@@ -22,7 +22,7 @@ def suite_cmd(
     only: Optional[str] = typer.Option(None, help="Comma-separated layer names to run (default: all)."),
     gpu: int = typer.Option(0, help="GPU index to measure on."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
-    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs)."),
+    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: twice --jobs)."),
     evaluator: str = typer.Option("gpu", help="gpu, or model to plan without a GPU."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
 ) -> None:

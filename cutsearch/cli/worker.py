@@ -24,7 +24,7 @@ def worker_cmd(
     evaluator: str = typer.Option("gpu", help="gpu, replay or model."),
     recording: Optional[Path] = typer.Option(None, help="Recorded evaluations, for --evaluator replay."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
-    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: --jobs)."),
+    batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: twice --jobs)."),
     sampler: str = typer.Option("tpe", help="tpe, random, or model (the model's ranking in order)."),
     seed: Optional[int] = typer.Option(None, help="Sampler seed (default: differs per worker)."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import re
 import subprocess
 
 import pytest
@@ -222,3 +223,24 @@ def test_device_code_of_a_file_without_cubins_is_empty(tmp_path):
     host_only = tmp_path / "host.so"
     host_only.write_bytes(b"\x7fELF" + b"\x02\x01" + b"\0" * 64 + b"\x7fELF\x01\x01garbage")
     assert device_code(host_only) == {}
+
+
+@pytest.mark.nvcc
+def test_a_kernel_that_breaks_a_shared_unit_fails_alone_and_the_others_still_build(tmp_path):
+    good = render(LAYER, CONFIG)
+    # An error inside the kernel's own part, so that the two sources can share a unit.
+    opening = re.search(r"namespace (cs_[0-9a-f]{16}) \{\n", good.code)
+    planted = (good.code[:opening.end()] + 'static_assert(sizeof(int) == 0, "planted error");\n'
+               + good.code[opening.end():]).replace(opening[1], "cs_" + "0" * 16)
+    broken = dataclasses.replace(good, code=planted)
+    compiler = Compiler(Cache(tmp_path / "cache"), Toolchain.find(cutlass_version()), jobs=1)
+    units = []
+    shared = compiler._compile_batch
+    compiler._compile_batch = lambda sources: units.append(len(sources)) or shared(sources)
+    results = dict(compiler.compile_many([("good", good), ("broken", broken)]))
+    assert units == [2]  # they were tried together first
+    assert isinstance(results["good"], CompiledKernel)
+    assert isinstance(results["broken"], Failure) and results["broken"].kind == FailureKind.COMPILE_ERROR
+    assert "planted error" in results["broken"].log
+    # The good kernel was then built alone: a plain entry.
+    assert "batch" not in json.loads((results["good"].library.parent / MANIFEST).read_text())

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import math
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -138,29 +138,16 @@ class Compiler:
             (staged / SOURCE).write_text(source.code)
         except OSError as exc:
             raise _disk_problem(exc, self.cache.root) from None
-        cmd = [self.toolchain.nvcc, *self.toolchain.flags,
-               *(f"-I{p}" for p in cutlass_include_dirs()), SOURCE, "-o", LIBRARY,
-               *(f"-l{lib}" for lib in source.libraries)]
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, cwd=staged, capture_output=True, text=True, timeout=self.timeout_s)
-            log, ok = proc.stdout + proc.stderr, proc.returncode == 0
-        except subprocess.TimeoutExpired:
-            log, ok = f"nvcc did not finish in {self.timeout_s:.0f} s", False
-        elapsed = time.monotonic() - start
+        log, ok, elapsed = self._nvcc([*self.toolchain.flags, SOURCE, "-o", LIBRARY,
+                                       *(f"-l{lib}" for lib in source.libraries)], staged, self.timeout_s)
         if ok and not (staged / LIBRARY).is_file():
             log, ok = log + "\nnvcc exited 0 but wrote no library", False
-        if not ok and re.search(r"No space left on device", log):
-            self.cache.discard(staged)
-            raise EnvironmentProblem(f"the disk holding {self.cache.root} is full: free space and resume")
         if not ok:
             # A compile error is a property of the source: remember it, never build it again.
             (staged / LIBRARY).unlink(missing_ok=True)
         try:
             (staged / LOG).write_text(log)
-            manifest = {"ok": ok, "compile_s": round(elapsed, 3), "operation": source.operation_name,
-                        "nvcc": self.toolchain.nvcc_version, "cutlass": self.toolchain.cutlass_version,
-                        "arch": self.toolchain.arch, "flags": list(self.toolchain.flags)}
+            manifest = self._manifest(source, ok=ok, compile_s=round(elapsed, 3))
             self.cache.commit(key, staged, manifest)
         except OSError as exc:
             self.cache.discard(staged)
@@ -218,20 +205,9 @@ class Compiler:
         except OSError as exc:
             raise _disk_problem(exc, self.cache.root) from None
         flags = [f for f in self.toolchain.flags if f != "-shared"]
-        cmd = [self.toolchain.nvcc, *flags, *(f"-I{p}" for p in cutlass_include_dirs()), "-c", "batch.cu",
-               "-o", "batch.o"]
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, cwd=staged, capture_output=True, text=True,
-                                  timeout=self.timeout_s * len(sources))
-            log, ok = proc.stdout + proc.stderr, proc.returncode == 0
-        except subprocess.TimeoutExpired:
-            log, ok = "", False
-        elapsed = time.monotonic() - start
+        log, ok, elapsed = self._nvcc([*flags, "-c", "batch.cu", "-o", "batch.o"], staged,
+                                      self.timeout_s * len(sources))
         if not ok:
-            if re.search(r"No space left on device", log):
-                self.cache.discard(staged)
-                raise EnvironmentProblem(f"the disk holding {self.cache.root} is full: free space and resume")
             self.cache.discard(staged)
             return None
         results = []
@@ -259,14 +235,31 @@ class Compiler:
             if link.returncode != 0 or not (staged / LIBRARY).is_file():
                 self.cache.discard(staged)
                 return self.compile(src)  # a link problem is not the kernel's: build it alone
-            manifest = {"ok": True, "compile_s": round(elapsed / size, 3), "batch": size,
-                        "batch_wall_s": round(elapsed, 3), "operation": src.operation_name,
-                        "nvcc": self.toolchain.nvcc_version, "cutlass": self.toolchain.cutlass_version,
-                        "arch": self.toolchain.arch, "flags": list(self.toolchain.flags)}
+            manifest = self._manifest(src, ok=True, compile_s=round(elapsed / size, 3), batch=size,
+                                      batch_wall_s=round(elapsed, 3))
             self.cache.commit(key, staged, manifest)
         except OSError as exc:
             raise _disk_problem(exc, self.cache.root) from None
         return self._from_manifest(key, self.cache.manifest(key) or manifest, cached=False)
+
+    def _nvcc(self, args: list[str], staged: Path, timeout_s: float) -> tuple[str, bool, float]:
+        """Run nvcc with the CUTLASS includes in `staged`: (log, ok, seconds). A full disk is raised."""
+        cmd = [self.toolchain.nvcc, *(f"-I{p}" for p in cutlass_include_dirs()), *args]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=staged, capture_output=True, text=True, timeout=timeout_s)
+            log, ok = proc.stdout + proc.stderr, proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            log, ok = f"nvcc did not finish in {timeout_s:.0f} s", False
+        if not ok and re.search(r"No space left on device", log):
+            self.cache.discard(staged)
+            raise EnvironmentProblem(f"the disk holding {self.cache.root} is full: free space and resume")
+        return log, ok, time.monotonic() - start
+
+    def _manifest(self, source: KernelSource, **fields: object) -> dict:
+        return {**fields, "operation": source.operation_name, "nvcc": self.toolchain.nvcc_version,
+                "cutlass": self.toolchain.cutlass_version, "arch": self.toolchain.arch,
+                "flags": list(self.toolchain.flags)}
 
     def _from_manifest(self, key: str, manifest: dict, *, cached: bool) -> CompiledKernel | Failure:
         entry = self.cache.path(key)

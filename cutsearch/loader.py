@@ -103,6 +103,7 @@ class FcLayer:
         self.knobs = meta.get("knobs") or {}
         self._lib = open_library(path / meta["library"]) if meta.get("library") and self.backend == "cutlass" else None
         self._handles: dict[int, tuple[ctypes.c_void_p, int]] = {}
+        self._y_shapes: dict[int, tuple[int, int]] = {self.m: self.spec.y_shape}  # per M, off the hot path
         self._w_ptr = self._b_ptr = None
         self._prepared: tuple[Any, Any] | None = None
         self._workspace: dict[int, Any] = {}
@@ -160,7 +161,7 @@ class FcLayer:
         if xt.ptr % 16:
             raise UserError("x must be 16-byte aligned")
         xp = _namespace(x)
-        y_shape = spec.y_shape if m == self.m else dataclasses.replace(spec, m=m).y_shape
+        y_shape = self._y_shapes.get(m) or self._y_shapes.setdefault(m, dataclasses.replace(spec, m=m).y_shape)
         if self.backend == "cublas" and out is None and spec.output == "contiguous":
             return xp.linear(x[:, : self.k] if spec.input == "padded" else x, *self._prepared, self.activation, None)
         if out is None:

@@ -194,7 +194,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
                            has_act=int(layer.activation != "none"))
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
-    return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace), cutlass_version=cutlass_version())
+    return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
+                        cutlass_version=cutlass_version())
 
 
 def _cta_tile_descriptor(kernel: str, config: Config) -> str:

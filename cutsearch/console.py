@@ -74,9 +74,10 @@ def _us(v: float | None) -> str:
 
 def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> None:
     layer = s["layer"]
+    act = "" if layer["activation"] == "none" else " " + layer["activation"]
     io = "".join(f" {k} {layer[k]}" for k in ("input", "output") if k in layer)
     title = (f"{s['study']}: {layer['M']}x{layer['N']}x{layer['K']} {layer['dtype']}"
-             f"{' +bias' if layer['bias'] else ''}{'' if layer['activation'] == 'none' else ' ' + layer['activation']}{io}")
+             f"{' +bias' if layer['bias'] else ''}{act}{io}")
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()

@@ -27,7 +27,8 @@ from cutsearch.space import Space
 
 def benchmark(layer: Layer, *, kernels: int, naive_kernels: int, jobs: int, batch: int,
               workdir: Path | None = None, keep_cache: Path | None = None,
-              on_phase: Callable[[str], None] | None = None) -> dict[str, Any]:
+              on_phase: Callable[[str], None] | None = None,
+              on_built: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Build the model's top `kernels` configs packed `batch` to a unit, and the first
     `naive_kernels` of them one per process; report both rates and the machine-code check."""
     configs = [c for _, c in model.rank(layer, list(Space(layer)))][:kernels]
@@ -42,7 +43,11 @@ def benchmark(layer: Layer, *, kernels: int, naive_kernels: int, jobs: int, batc
             on_phase(f"{mode}: {count} kernels, {jobs} nvcc processes, up to {size} per unit")
         compiler = Compiler(Cache(cache_dir), toolchain, jobs=jobs, max_batch=size)
         start = time.monotonic()
-        results = dict(compiler.compile_many(enumerate(sources[:count])))
+        results = {}
+        for i, result in compiler.compile_many(enumerate(sources[:count])):
+            results[i] = result
+            if on_built:
+                on_built(mode, len(results), count)
         wall = time.monotonic() - start
         ok = sum(isinstance(r, CompiledKernel) and not r.cached for r in results.values())
         runs[mode] = {"kernels": count, "built": ok, "failed": count - ok, "wall_s": round(wall, 1),

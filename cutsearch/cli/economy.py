@@ -187,9 +187,19 @@ def throughput_cmd(
         raise UserError("need 0 < --naive <= --kernels")
     if batch <= 0 or (jobs is not None and jobs <= 0):
         raise UserError("--batch and --jobs must be positive")
+    from rich.progress import Progress
+
     layer = Layer(m=m, n=n, k=k, dtype=dtype)
-    result = throughput.benchmark(layer, kernels=kernels, naive_kernels=naive, jobs=jobs or len(os.sched_getaffinity(0)),
-                                  batch=batch, keep_cache=keep_cache, on_phase=lambda s: err.print(f"[dim]{s}[/]"))
+    with Progress(console=err, transient=True) as progress:
+        tasks: dict[str, object] = {}
+
+        def built(mode: str, done: int, total: int) -> None:
+            task = tasks.get(mode) or tasks.setdefault(mode, progress.add_task(f"building {mode}", total=total))
+            progress.update(task, completed=done)
+
+        result = throughput.benchmark(layer, kernels=kernels, naive_kernels=naive,
+                                      jobs=jobs or len(os.sched_getaffinity(0)), batch=batch, keep_cache=keep_cache,
+                                      on_phase=lambda s: progress.console.print(f"[dim]{s}[/]"), on_built=built)
     result["command"] = _command()
     write_json(out_path, result)
     out.print(json.dumps({"runs": result["runs"], "speedup": result["speedup"],

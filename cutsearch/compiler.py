@@ -114,12 +114,20 @@ class CompiledKernel:
     log: str = ""
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: fewer than the machine's under taskset or a container's cpuset."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 class Compiler:
     def __init__(self, cache: Cache, toolchain: Toolchain, *, jobs: int | None = None,
                  timeout_s: float = 900.0, max_batch: int = MAX_BATCH) -> None:
         self.cache = cache
         self.toolchain = toolchain
-        self.jobs = jobs or max(1, os.cpu_count() or 1)
+        self.jobs = jobs or usable_cpus()
         self.timeout_s = timeout_s
         self.max_batch = max(1, max_batch)
 

@@ -64,6 +64,9 @@ class Measurement:
     # The best variant again with the caller handing over padded x ("x padded") or padded x and
     # y ("kernel only"): what the per-call copies cost. Only where the kernel pads.
     io_variants: tuple[tuple[str, Timing], ...] = ()
+    # Beside the baseline: an empty kernel, reading x, W and b, writing y. No call of the layer
+    # can take less than the slower of the last two under the same protocol.
+    floors: tuple[tuple[str, Timing], ...] = ()
 
     @property
     def median_us(self) -> float:
@@ -78,7 +81,8 @@ class Measurement:
                 "variants": [[k.to_dict(), t] for k, t in self.variants],
                 "baseline": self.baseline.to_dict() if self.baseline else None,
                 "mm": self.mm.to_dict() if self.mm else None,
-                **({"io_variants": {k: t.to_dict() for k, t in self.io_variants}} if self.io_variants else {})}
+                **({"io_variants": {k: t.to_dict() for k, t in self.io_variants}} if self.io_variants else {}),
+                **({"floors": {k: t.to_dict() for k, t in self.floors}} if self.floors else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
@@ -86,7 +90,8 @@ class Measurement:
                    variants=tuple((Knobs(**k), t) for k, t in d.get("variants", [])),
                    baseline=Timing.from_dict(d["baseline"]) if d.get("baseline") else None,
                    mm=Timing.from_dict(d["mm"]) if d.get("mm") else None,
-                io_variants=tuple((k, Timing.from_dict(t)) for k, t in d.get("io_variants", {}).items()))
+                   io_variants=tuple((k, Timing.from_dict(t)) for k, t in d.get("io_variants", {}).items()),
+                   floors=tuple((k, Timing.from_dict(t)) for k, t in d.get("floors", {}).items()))
 
 
 Outcome = Measurement | Failure

@@ -25,6 +25,7 @@ from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluation, Evaluator
 from cutsearch.outcome import Failure, Measurement
 from cutsearch.problem import Layer
+from cutsearch.compiler import usable_cpus
 from cutsearch.space import Config, Space, invalid_reason
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ SAMPLERS = ("tpe", "random", "model")
 BATCH_PER_JOB = 2
 MAX_ASKS_PER_SLOT = 200  # proposals tried per batch slot before the space counts as exhausted
 Events = Callable[[str, dict[str, Any]], None]
+
+
+MEASURED_FLOORS = ("read x, W, b", "write y")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,6 +54,13 @@ class TrialRecord:
     @property
     def speedup(self) -> float | None:
         return self.cublas_us / self.median_us if self.median_us and self.cublas_us else None
+
+    @property
+    def measured_floor_us(self) -> float | None:
+        """The slower of reading the inputs and writing y, timed beside cuBLAS (see worker._floors)."""
+        floors = ((self.evaluation.get("measurement") or {}).get("floors") or {})
+        times = [floors[k]["median_us"] for k in MEASURED_FLOORS if k in floors]
+        return max(times) if times else None
 
     @classmethod
     def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord | None:
@@ -113,6 +124,14 @@ def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseSt
     return study
 
 
+def _recorded_space(study: optuna.Study, space: Space) -> Space:
+    """A resumed study keeps the stage choices it was made with: Optuna refuses changed choices."""
+    for trial in study.get_trials(deepcopy=False):
+        if "stages" in trial.distributions:
+            return dataclasses.replace(space, stages=tuple(trial.distributions["stages"].choices))
+    return space
+
+
 def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int,
                priors: tuple[Config, ...] = ()) -> int:
     """Enqueue `count` configs into a new study: valid priors first, then the model's picks."""
@@ -152,10 +171,11 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
         raise UserError(f"--trials must be positive, got {trials}")
     start = time.monotonic()
     space = space or Space(layer)
-    batch = max(1, batch or os.cpu_count() or 1)
+    batch = max(1, batch or usable_cpus())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(layer, study_name=study_name, storage=storage,
                        sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials))
+    space = _recorded_space(study, space)
     if sampler == "model":
         _enqueue_model_order(study, layer, space, trials)
     else:

@@ -196,6 +196,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "mm_us": ((best.evaluation["measurement"].get("mm") or {}).get("median_us")) if best else None,
         "floor_us": layer.floor_us,
         "fraction_of_floor": layer.floor_us / best.median_us if best and best.median_us else None,
+        "measured_floor_us": best.measured_floor_us if best else None,
         "cublas_wins": bool(best and best.speedup is not None and best.speedup < 1.0),
         "trials": result.trials,
         "new_trials": result.new_trials,
@@ -213,6 +214,8 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
             "rel_error": best.evaluation["measurement"]["rel_error"],
             "io_variants_us": {name: t["median_us"]
                                for name, t in best.evaluation["measurement"].get("io_variants", {}).items()},
+            "floors_us": {name: t["median_us"]
+                          for name, t in best.evaluation["measurement"].get("floors", {}).items()},
         },
         "toolchain": {"gpu": tc.gpu, "nvcc": tc.nvcc, "cutlass": tc.cutlass, "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -115,6 +115,16 @@ def test_measurements_have_a_positive_median_between_p20_and_p80(evaluated):
         assert m.rel_error >= 0
 
 
+def test_gpu_measurements_time_the_floors_beside_cublas(evaluated):
+    if evaluated.case.name != "gpu":
+        pytest.skip("only the GPU measures floors")
+    for m in (e.outcome for e in evaluated.evaluations if isinstance(e.outcome, Measurement)):
+        floors = dict(m.floors)
+        assert set(floors) == {"empty kernel", "read x, W, b", "write y"}
+        assert all(t.median_us > 0 for t in floors.values())
+        assert Measurement.from_dict(m.to_dict()).floors == m.floors
+
+
 def test_every_outcome_is_a_measurement_or_a_typed_failure(evaluated):
     for ev in evaluated.evaluations:
         assert isinstance(ev.outcome, (Measurement, Failure))

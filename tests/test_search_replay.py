@@ -248,6 +248,23 @@ def test_resuming_with_a_larger_budget_continues_the_study(tmp_path):
     assert result.new_trials == len(second.asked) == 1
 
 
+def test_a_study_made_with_explicit_stages_resumes_under_the_default_space(tmp_path):
+    """Studies made before the default space dropped explicit stages keep their choices."""
+    from cutsearch.evaluator import ModelEvaluator
+    from cutsearch.space import STAGES
+
+    layer = Layer(m=512, n=1024, k=2048)
+    narrow = dict(tile_m=(128,), tile_n=(64, 128), tile_k=(64,), clusters=((1, 1),),
+                  schedules=("pingpong/tma/persistent",))
+    _, before = run(tmp_path, layer, ModelEvaluator(), Space(layer, stages=STAGES, **narrow), trials=6, warm=0)
+    assert {t.params["stages"] for t in before} - {0}, "the first run tried explicit stages"
+    for sampler in ("tpe", "model"):
+        goal = len(counted(before)) + 2
+        result, before = run(tmp_path, layer, ModelEvaluator(), Space(layer, **narrow), trials=goal, warm=0,
+                             sampler=sampler)
+        assert result.trials == len(counted(before)) == goal
+
+
 def test_resuming_with_the_same_budget_evaluates_nothing(tmp_path):
     done, before = run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=2)
     evaluator = replay(ASR_RECORDING, ASR)

@@ -41,6 +41,19 @@ def test_a_layer_cublas_wins_counts_as_one_with_the_kernel_time_kept():
     assert r["kernel_us"] == 25.0 and "cuBLAS" in r["note"]
 
 
+def test_the_measured_floor_bounds_the_speedup_any_kernel_could_reach():
+    result = _result(1.25)
+    floors = {"empty kernel": {"median_us": 4.0}, "read x, W, b": {"median_us": 12.5}, "write y": {"median_us": 5.0}}
+    result.best.evaluation["measurement"]["floors"] = floors
+    r = record("decode-f16", result)
+    assert r["measured_floor_us"] == 12.5  # the slower of reading and writing; the empty kernel is in both
+    assert r["speedup_bound"] == 20.0 / 12.5
+
+
+def test_a_record_without_floors_claims_no_bound():
+    assert "speedup_bound" not in record("decode-f16", _result(1.25))
+
+
 def test_geomean_of_speedups():
     assert abs(geomean([1.0, 4.0]) - 2.0) < 1e-12
     assert geomean([]) is None

@@ -90,10 +90,11 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
                       _us(us) + (f" ({s['cublas_us'] / us:.2f}x)" if s.get("cublas_us") else ""))
     table.add_row("roofline floor", f"{s['floor_us']:.1f} µs"
                   + ("" if not s["fraction_of_floor"] else f" ({100 * s['fraction_of_floor']:.0f}% reached)"))
-    if s.get("measured_floor_us"):
-        # What only reading the inputs (or writing y) takes here: the most any kernel could gain.
-        bound = f", so at most {s['cublas_us'] / s['measured_floor_us']:.2f}x" if s.get("cublas_us") else ""
-        table.add_row("measured floor", f"{_us(s['measured_floor_us'])} (read inputs / write y only{bound})")
+    if s.get("floor_with_launch_us"):
+        # No call beats an empty kernel plus its bytes at peak: the most any kernel could gain.
+        bound = f"; at most {s['cublas_us'] / s['floor_with_launch_us']:.2f}x" if s.get("cublas_us") else ""
+        table.add_row("floor + empty kernel", f"{_us(s['floor_with_launch_us'])} "
+                      f"(empty kernel {s['empty_kernel_us']:.1f} µs{bound})")
     table.add_row("trials", f"{s['trials']} ({s['new_trials']} new, {s['new_compiles']} compiled in this run)")
     failures = ", ".join(f"{k} {v}" for k, v in sorted(s["failures"].items())) or "none"
     table.add_row("failures", failures)

@@ -64,8 +64,7 @@ class Measurement:
     # The best variant again with the caller handing over padded x ("x padded") or padded x and
     # y ("kernel only"): what the per-call copies cost. Only where the kernel pads.
     io_variants: tuple[tuple[str, Timing], ...] = ()
-    # Beside the baseline: an empty kernel, reading x, W and b, writing y. No call of the layer
-    # can take less than the slower of the last two under the same protocol.
+    # Beside the baseline: an empty kernel, the part of any call's time that no kernel avoids.
     floors: tuple[tuple[str, Timing], ...] = ()
 
     @property

@@ -39,9 +39,6 @@ MAX_ASKS_PER_SLOT = 200  # proposals tried per batch slot before the space count
 Events = Callable[[str, dict[str, Any]], None]
 
 
-MEASURED_FLOORS = ("read x, W, b", "write y")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrialRecord:
     number: int
@@ -56,11 +53,10 @@ class TrialRecord:
         return self.cublas_us / self.median_us if self.median_us and self.cublas_us else None
 
     @property
-    def measured_floor_us(self) -> float | None:
-        """The slower of reading the inputs and writing y, timed beside cuBLAS (see worker._floors)."""
+    def empty_kernel_us(self) -> float | None:
+        """An empty kernel, timed beside cuBLAS (see worker._floors)."""
         floors = ((self.evaluation.get("measurement") or {}).get("floors") or {})
-        times = [floors[k]["median_us"] for k in MEASURED_FLOORS if k in floors]
-        return max(times) if times else None
+        return floors["empty kernel"]["median_us"] if "empty kernel" in floors else None
 
     @classmethod
     def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord | None:

@@ -196,7 +196,9 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "mm_us": ((best.evaluation["measurement"].get("mm") or {}).get("median_us")) if best else None,
         "floor_us": layer.floor_us,
         "fraction_of_floor": layer.floor_us / best.median_us if best and best.median_us else None,
-        "measured_floor_us": best.measured_floor_us if best else None,
+        # The roofline floor plus an empty kernel timed beside cuBLAS: what a call costs at least.
+        "empty_kernel_us": best.empty_kernel_us if best else None,
+        "floor_with_launch_us": layer.floor_us + best.empty_kernel_us if best and best.empty_kernel_us else None,
         "cublas_wins": bool(best and best.speedup is not None and best.speedup < 1.0),
         "trials": result.trials,
         "new_trials": result.new_trials,

@@ -120,7 +120,7 @@ def test_gpu_measurements_time_the_floors_beside_cublas(evaluated):
         pytest.skip("only the GPU measures floors")
     for m in (e.outcome for e in evaluated.evaluations if isinstance(e.outcome, Measurement)):
         floors = dict(m.floors)
-        assert set(floors) == {"empty kernel", "read x, W, b", "write y"}
+        assert set(floors) == {"empty kernel"}
         assert all(t.median_us > 0 for t in floors.values())
         assert Measurement.from_dict(m.to_dict()).floors == m.floors
 

@@ -134,14 +134,15 @@ def test_summary_reports_the_figures_with_padded_buffers_beside_the_plain_one():
     assert "with x and y padded" in text and "20.0 µs (4.00x)" in text
 
 
-def test_summary_shows_the_measured_floor_as_the_most_any_kernel_could_gain():
+def test_summary_shows_the_floor_with_a_launch_as_the_most_any_kernel_could_gain():
     from cutsearch.console import print_summary
 
     summary = {"study": "s", "layer": {"M": 16, "N": 4096, "K": 4096, "dtype": "f16", "bias": True,
                                        "activation": "none"},
                "best_us": 18.0, "cublas_us": 20.0, "speedup": 1.11, "floor_us": 7.9, "fraction_of_floor": 0.44,
-               "measured_floor_us": 12.5, "trials": 1, "new_trials": 1, "new_compiles": 1, "failures": {},
+               "empty_kernel_us": 4.6, "floor_with_launch_us": 12.5, "trials": 1, "new_trials": 1, "new_compiles": 1, "failures": {},
                "wall_s": 1.0, "cublas_wins": False, "best": None}
     buffer = io.StringIO()
     print_summary(Console(file=buffer, width=120), summary)
-    assert "measured floor" in buffer.getvalue() and "at most 1.60x" in buffer.getvalue()
+    assert "floor + empty kernel" in buffer.getvalue() and "at most 1.60x" in buffer.getvalue()
+    assert "empty kernel 4.6 µs" in buffer.getvalue()

@@ -41,13 +41,13 @@ def test_a_layer_cublas_wins_counts_as_one_with_the_kernel_time_kept():
     assert r["kernel_us"] == 25.0 and "cuBLAS" in r["note"]
 
 
-def test_the_measured_floor_bounds_the_speedup_any_kernel_could_reach():
+def test_the_floor_with_an_empty_kernel_bounds_the_speedup_any_kernel_could_reach():
     result = _result(1.25)
-    floors = {"empty kernel": {"median_us": 4.0}, "read x, W, b": {"median_us": 12.5}, "write y": {"median_us": 5.0}}
-    result.best.evaluation["measurement"]["floors"] = floors
+    result.best.evaluation["measurement"]["floors"] = {"empty kernel": {"median_us": 4.0}}
     r = record("decode-f16", result)
-    assert r["measured_floor_us"] == 12.5  # the slower of reading and writing; the empty kernel is in both
-    assert r["speedup_bound"] == 20.0 / 12.5
+    assert r["empty_kernel_us"] == 4.0
+    assert r["floor_with_launch_us"] == r["floor_us"] + 4.0
+    assert r["speedup_bound"] == 20.0 / (r["floor_us"] + 4.0)
 
 
 def test_a_record_without_floors_claims_no_bound():

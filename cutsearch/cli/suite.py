@@ -64,14 +64,14 @@ def suite_cmd(
     finally:
         ev.close()
     table = Table(title=f"suite on {body['gpu']}")
-    for col in ("layer", "dtype", "cuBLAS µs", "cutsearch µs", "speedup", "floor µs", "measured floor µs",
+    for col in ("layer", "dtype", "cuBLAS µs", "cutsearch µs", "speedup", "floor µs", "+ empty kernel µs",
                 "at most", "note"):
         table.add_column(col)
     for r in body["records"]:
         bound = r.get("speedup_bound")
         table.add_row(r["name"], r["dtype"], _us(r["cublas_us"]), _us(r["cutsearch_us"]),
                       "-" if r["speedup"] is None else f"{r['speedup']:.2f}x", _us(r["floor_us"]),
-                      _us(r.get("measured_floor_us")), "-" if bound is None else f"{bound:.2f}x",
+                      _us(r.get("floor_with_launch_us")), "-" if bound is None else f"{bound:.2f}x",
                       "cuBLAS fallback" if r["fallback"] else "")
     out.print(table)
     gm = body["geomean_speedup"]

@@ -48,3 +48,25 @@ def test_search_run_again_resumes_with_nothing_new(tmp_path, private_dirs):
     assert "5 (0 new, 0 compiled in this run)" in again.stdout
     assert (after["trials"], after["new_trials"]) == (5, 0)
     assert after["best_us"] == before["best_us"] and after["best"]["trial"] == before["best"]["trial"]
+
+
+def test_the_default_space_leaves_stages_to_the_builder_and_all_stages_searches_them(private_dirs):
+    """Each study's trials record the stage choices they were sampled from."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from cutsearch.space import STAGES
+
+    studies = private_dirs[0]
+    for flags, study in (([], "builder"), (["--all-stages"], "explicit")):
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        run = subprocess.run(COMMAND + ["--study", study, *flags], env={**os.environ, "PYTHONPATH": path},
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+    choices = {}
+    for study in ("builder", "explicit"):
+        storage = JournalStorage(JournalFileBackend(str(studies / study / "journal.log")))
+        trials = optuna.load_study(study_name=study, storage=storage).get_trials()
+        choices[study] = {tuple(t.distributions["stages"].choices) for t in trials if "stages" in t.distributions}
+    assert choices == {"builder": {(0,)}, "explicit": {STAGES}}

@@ -12,7 +12,10 @@ import ctypes
 import dataclasses
 import json
 import re
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -244,3 +247,13 @@ def test_a_kernel_that_breaks_a_shared_unit_fails_alone_and_the_others_still_bui
     assert "planted error" in results["broken"].log
     # The good kernel was then built alone: a plain entry.
     assert "batch" not in json.loads((results["good"].library.parent / MANIFEST).read_text())
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset")
+def test_default_nvcc_jobs_follow_the_cpus_the_process_may_use():
+    """Under taskset (or a container's cpuset) the machine's CPU count would oversubscribe."""
+    code = "from cutsearch.compiler import usable_cpus; print(usable_cpus())"
+    run = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "1"

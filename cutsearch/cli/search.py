@@ -55,6 +55,10 @@ def search_cmd(
                                                    "fewer sampler updates."),
     warm: Optional[int] = typer.Option(None, help="Model-ranked configs enqueued first (default: one batch)."),
     seed: int = typer.Option(0, help="Sampler seed, for reproducible searches."),
+    all_stages: bool = typer.Option(False, "--all-stages",
+                                    help="Also search explicit stage counts (2-7). By default the CUTLASS builder "
+                                         "picks the count: on recorded H200 data explicit counts never won by "
+                                         "more than 0.6%."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
 ) -> None:
     """Search the fastest kernel for one layer; running it again resumes the same study."""
@@ -77,5 +81,5 @@ def search_cmd(
         result = tuner.tune(layer, trials=trials, timeout_s=seconds, study=study, storage=storage,
                             evaluator=evaluator, gpu=gpu, jobs=jobs, batch=batch, recording=recording, sampler=sampler,
                             seed=seed, warm=warm, workspace=Workspace(studies_dir), command=command,
-                            events=view.event)
+                            events=view.event, all_stages=all_stages)
     print_summary(out, tuner.summary(result, command=command), result)

@@ -392,7 +392,10 @@ class _TpeProposer(_Proposer):
 def _proposer(strategy: str, layer: Layer, candidates: list[Config], *, seed: int, batch: int,
               warm: int | None) -> _Proposer:
     if strategy == "tpe+warm":
-        return _TpeProposer(layer, candidates, seed=seed, batch=batch, warm=batch if warm is None else warm)
+        # The default search: the model's warm start, and its hopeless tail never built.
+        hopeless = model.hopeless(layer, candidates)
+        return _TpeProposer(layer, [c for c in candidates if c.key not in hopeless], seed=seed, batch=batch,
+                            warm=batch if warm is None else warm)
     if strategy == "tpe":
         return _TpeProposer(layer, candidates, seed=seed, batch=batch, warm=0)
     if strategy == "random":

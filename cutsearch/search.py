@@ -120,6 +120,14 @@ def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseSt
     return study
 
 
+def _hopeless(study: optuna.Study, layer: Layer, space: Space) -> set[str]:
+    """The model's hopeless tail, less the configs enqueued on purpose (warm start, priors)."""
+    enqueued = {Space.config_from_params(t.system_attrs["fixed_params"]).key
+                for t in study.get_trials(deepcopy=False)
+                if t.state == TrialState.WAITING and "fixed_params" in t.system_attrs}
+    return model.hopeless(layer, list(space)) - enqueued
+
+
 def _recorded_space(study: optuna.Study, space: Space) -> Space:
     """A resumed study keeps the stage choices it was made with: Optuna refuses changed choices."""
     for trial in study.get_trials(deepcopy=False):
@@ -158,10 +166,12 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
            trials: int = 64, timeout_s: float | None = None, batch: int | None = None, sampler: str = "tpe",
            seed: int = 0, warm: int | None = None, space: Space | None = None, events: Events | None = None,
            on_best: Callable[[TrialRecord, optuna.Study], None] | None = None,
-           artifacts: Any = None, priors: tuple[Config, ...] = ()) -> SearchResult:
+           artifacts: Any = None, priors: tuple[Config, ...] = (), prune: bool = True) -> SearchResult:
     """Run the study up to `trials` evaluated trials (resuming it), or until `timeout_s`.
 
     `artifacts` (an Optuna artifact store) receives each built trial's logs before it is told.
+    `prune` (TPE only) refuses the proposals the cost model rates hopeless (`model.hopeless`)
+    before they are built, as it refuses rule-breaking ones: the other samplers are baselines.
     """
     if trials <= 0:
         raise UserError(f"--trials must be positive, got {trials}")
@@ -177,6 +187,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     else:
         warm_start(study, layer, space, batch if warm is None else warm, priors)
     dists = distributions(space)
+    hopeless = _hopeless(study, layer, space) if prune and sampler == "tpe" else set()
     known: dict[str, Evaluation] = {}
     learned: set[int] = set()
     _learn(known, learned, study.get_trials(deepcopy=False))
@@ -218,6 +229,8 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
                     heartbeat.claim(trial)
                     config = Space.config_from_params(trial.params)
                     reason = invalid_reason(layer, config)
+                    if reason is None and config.key in hopeless and config.key not in known:
+                        reason = f"pruned: the cost model predicts {model.PRUNE_RATIO:g}x its best or slower"
                     if reason is None and config.key not in known and config.key not in fresh:
                         elsewhere = _in_flight(running, config.key)
                         if elsewhere is not None:

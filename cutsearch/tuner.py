@@ -55,10 +55,12 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
          storage: str | None = None, evaluator: Evaluator | str = "gpu", gpu: int = 0, jobs: int | None = None,
          recording: Path | None = None, sampler: str = "tpe", batch: int | None = None, seed: int = 0,
          warm: int | None = None, workspace: Workspace | None = None, command: str | None = None,
-         events: Callable[[str, dict[str, Any]], None] | None = None, all_stages: bool = False) -> SearchResult:
+         events: Callable[[str, dict[str, Any]], None] | None = None, all_stages: bool = False,
+         prune: bool = True) -> SearchResult:
     """Search `layer`, resuming study `study`; persist its best kernel and its summary.
 
     `all_stages` also searches explicit stage counts; by default the CUTLASS builder picks them.
+    `prune` lets TPE skip the configs the cost model rates hopeless.
     """
     ws = workspace or Workspace()
     name = Workspace.check_name(study or layer.name or layer.slug)
@@ -82,7 +84,7 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
         result = search(layer, evaluator=ev, storage=store, study_name=name, trials=trials, timeout_s=timeout_s,
                         batch=batch or (nvcc_jobs and BATCH_PER_JOB * nvcc_jobs), sampler=sampler,
                         seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
-                        space=Space(layer, stages=STAGES) if all_stages else None,
+                        space=Space(layer, stages=STAGES) if all_stages else None, prune=prune,
                         artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
         if result.best is not None and not ws.best_dir(name).exists():
             on_best(result.best, None)  # a resumed study whose best was found by an earlier run

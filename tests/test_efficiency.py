@@ -230,3 +230,25 @@ def test_efficiency_command_writes_json_and_markdown(tmp_path):
 def test_an_unknown_strategy_is_a_user_error():
     with pytest.raises(UserError, match="unknown strategy"):
         efficiency.benchmark([smoke(SMOKE_STUDIES[0])], strategies=["annealing"])
+
+
+# --------------------------------------------------------------------------- pruning (recorded data)
+
+EXHAUSTIVE = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200x2-2026-11-30-exhaustive"
+
+
+@pytest.mark.parametrize("layer", ["decode", "asr_out", "unaligned", "small_batch", "mlp_down"])
+def test_the_model_never_prunes_a_config_within_2_percent_of_the_exhaustive_best(layer):
+    """Every config of the layer's default space was measured on an H200 in these recordings."""
+    rec = Recording.load(EXHAUSTIVE / f"exhaustive-{layer}-f16.json")
+    measured = [e for e in efficiency.candidates_of(rec)[0] if isinstance(e.outcome, Measurement)]
+    best = min(e.outcome.median_us for e in measured)
+    near = {e.config.key for e in measured if e.outcome.median_us <= best * 1.02}
+    hopeless = model.hopeless(rec.layer, list(Space(rec.layer)))
+    assert near and not near & hopeless
+
+
+def test_pruning_takes_a_real_share_of_a_memory_bound_space():
+    layer = Recording.load(EXHAUSTIVE / "exhaustive-decode-f16.json").layer
+    space = list(Space(layer))
+    assert 0.2 < len(model.hopeless(layer, space)) / len(space) < 0.5

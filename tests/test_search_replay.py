@@ -383,3 +383,31 @@ def test_tune_with_the_model_writes_the_results_json_as_predictions(private_dirs
     assert data["source"] == "predicted"
     assert "predictions" in data["note"]
     assert not (studies / "planned" / "best").exists(), "a prediction has no kernel to keep"
+
+
+EXHAUSTIVE = ROOT / "studies" / "recorded" / "h200x2-2026-11-30-exhaustive"
+
+
+def test_tpe_refuses_the_models_hopeless_tail_before_building_it(tmp_path):
+    """On a recording of a whole space: pruned proposals cost no build and no budget."""
+    from cutsearch import model
+
+    path = EXHAUSTIVE / "exhaustive-mlp_down-f16.json"
+    layer = Layer.from_dict(json.loads(path.read_text())["layer"])
+    hopeless = model.hopeless(layer, list(Space(layer)))
+    evaluator = replay(path, layer)
+    result, trials = run(tmp_path, layer, evaluator, Space(layer), trials=64, batch=32, sampler="tpe")
+    assert result.trials == len(counted(trials)) == 64
+    assert not set(evaluator.asked) & hopeless
+    pruned = [t for t in trials if (t.user_attrs.get("failure") or {}).get("message", "").startswith("pruned")]
+    assert pruned and all(t.state == TrialState.PRUNED and t.user_attrs["config"] in hopeless for t in pruned)
+
+
+def test_without_pruning_tpe_may_build_the_hopeless_tail(tmp_path):
+    from cutsearch import model
+
+    path = EXHAUSTIVE / "exhaustive-mlp_down-f16.json"
+    layer = Layer.from_dict(json.loads(path.read_text())["layer"])
+    evaluator = replay(path, layer)
+    run(tmp_path, layer, evaluator, Space(layer), trials=64, batch=32, sampler="tpe", prune=False)
+    assert set(evaluator.asked) & model.hopeless(layer, list(Space(layer)))

@@ -59,6 +59,8 @@ def search_cmd(
                                     help="Also search explicit stage counts (2-7). By default the CUTLASS builder "
                                          "picks the count: on recorded H200 data explicit counts never won by "
                                          "more than 0.6%."),
+    prune: bool = typer.Option(True, "--prune/--no-prune",
+                               help="With TPE, skip configs the cost model predicts at 2x its best or slower."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
 ) -> None:
     """Search the fastest kernel for one layer; running it again resumes the same study."""
@@ -81,5 +83,5 @@ def search_cmd(
         result = tuner.tune(layer, trials=trials, timeout_s=seconds, study=study, storage=storage,
                             evaluator=evaluator, gpu=gpu, jobs=jobs, batch=batch, recording=recording, sampler=sampler,
                             seed=seed, warm=warm, workspace=Workspace(studies_dir), command=command,
-                            events=view.event, all_stages=all_stages)
+                            events=view.event, all_stages=all_stages, prune=prune)
     print_summary(out, tuner.summary(result, command=command), result)

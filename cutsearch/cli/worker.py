@@ -27,6 +27,8 @@ def worker_cmd(
     batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: twice --jobs)."),
     sampler: str = typer.Option("tpe", help="tpe, random, or model (the model's ranking in order)."),
     seed: Optional[int] = typer.Option(None, help="Sampler seed (default: differs per worker)."),
+    prune: bool = typer.Option(True, "--prune/--no-prune",
+                               help="With TPE, skip configs the cost model predicts at 2x its best or slower."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
 ) -> None:
     """Work on STUDY until it holds --trials evaluated trials. The layer comes from the study."""
@@ -43,5 +45,5 @@ def worker_cmd(
         result = tuner.tune(layer, trials=trials, timeout_s=parse_duration(timeout), study=study, storage=storage,
                             evaluator=evaluator, gpu=gpu, jobs=jobs, recording=recording, batch=batch, sampler=sampler,
                             seed=os.getpid() if seed is None else seed, warm=0, workspace=ws, command=command,
-                            events=view.event)
+                            events=view.event, prune=prune)
     print_summary(out, tuner.summary(result, command=command), result)

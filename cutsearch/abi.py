@@ -6,13 +6,15 @@ import ctypes
 from pathlib import Path
 
 ABI_VERSION = 3
-# cs_create's io flags: the layouts the caller hands over and accepts.
+# cs_create's io flags: the layouts the caller hands over and accepts, and how the call's kernels
+# are launched. Libraries that predate a flag ignore it.
 IO_X_PADDED = 1
 IO_Y_PADDED = 2
+IO_PDL = 4  # programmatic dependent launch between the call's copies and its GEMM
 
 
-def io_flags(x_padded: bool, y_padded: bool) -> int:
-    return (IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0)
+def io_flags(x_padded: bool, y_padded: bool, pdl: bool = False) -> int:
+    return (IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0) | (IO_PDL if pdl else 0)
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:

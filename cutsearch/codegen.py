@@ -62,11 +62,11 @@ def batch_unit(sources: list[KernelSource]) -> tuple[str, list[str]] | None:
     if any(p is None for p in parts) or len({s.libraries for s in sources}) != 1:
         return None
     shared = [_split_includes(p[0]) for p in parts]
-    if len({rest for _, rest in shared}) != 1:
+    if len({(head, rest) for head, _, rest in shared}) != 1:
         return None
-    includes = list(dict.fromkeys(line for inc, _ in shared for line in inc))
+    includes = list(dict.fromkeys(line for _, inc, _ in shared for line in inc))
     prefixes = [f"k{i}_" for i in range(len(sources))]
-    out = ["\n".join(includes), shared[0][1]]
+    out = [shared[0][0], "\n".join(includes), shared[0][2]]
     for prefix, (_, body) in zip(prefixes, parts):
         out += [f"#define {f} {prefix}{f}" for f in ABI_FUNCTIONS]
         out.append(body)
@@ -74,10 +74,13 @@ def batch_unit(sources: list[KernelSource]) -> tuple[str, list[str]] | None:
     return "\n".join(out) + "\n", prefixes
 
 
-def _split_includes(preamble: str) -> tuple[tuple[str, ...], str]:
+def _split_includes(preamble: str) -> tuple[str, tuple[str, ...], str]:
+    """What precedes the first include (macros the headers read), the includes, and the rest."""
     lines = preamble.splitlines()
-    return (tuple(line for line in lines if line.startswith("#include")),
-            "\n".join(line for line in lines if not line.startswith("#include")))
+    first = next((i for i, line in enumerate(lines) if line.startswith("#include")), len(lines))
+    after = lines[first:]
+    return ("\n".join(lines[:first]), tuple(line for line in after if line.startswith("#include")),
+            "\n".join(line for line in after if not line.startswith("#include")))
 
 
 def cutlass_version() -> str:

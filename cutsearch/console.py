@@ -121,6 +121,8 @@ def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
     line += f"; raster {raster}, swizzle {knobs.get('swizzle', 1)}"
     if knobs.get("splits", 1) > 1:
         line += f", splits {knobs['splits']}"
+    if knobs.get("pdl"):
+        line += ", overlapped launches"
     return line
 
 

@@ -75,6 +75,7 @@ class Knobs:
     splits: int = 1
     decomposition: int = 0  # 0 heuristic, 1 data-parallel, 2 split-K, 3 stream-K
     reduction: int = 0      # 0 deterministic, 1 nondeterministic (split-K partials in any order)
+    pdl: int = 0            # 1: the call's copies and GEMM overlap (programmatic dependent launch)
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -179,7 +180,15 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
         grid += [Knobs(raster=r, swizzle=1, decomposition=1) for r in (1, 2)]
         grid += [Knobs(raster=r, swizzle=1, splits=s, decomposition=2, reduction=red)
                  for r in (1, 2) for s in (2, 3, 4, 8, 16) if s <= k_tiles for red in (0, 1)]
+    if copies(layer, kp):
+        # Launch overlap matters only between kernels of one call: here, a copy and the GEMM.
+        grid += [dataclasses.replace(k, pdl=1) for k in grid]
     return grid
+
+
+def copies(layer: Layer, kp: KernelProblem) -> bool:
+    """Whether a call copies x into a padded buffer or y out of one, beside the GEMM."""
+    return (kp.pad_k != layer.k and layer.input != "padded") or (kp.pad_n != layer.n and layer.output == "contiguous")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,9 +18,17 @@ constexpr int THREADS = 256;
 template <class T>
 constexpr int chunk() { return THREADS * (16 / int(sizeof(T))); }
 
+// Programmatic dependent launch (PDL): a copy launched with it may start while the kernel before
+// it finishes, so it first waits for that kernel's writes (`wait`); `trigger` lets the kernel
+// after it start its prologue early. Both instructions are no-ops without the launch attribute.
 template <class T, class I>
 __global__ void __launch_bounds__(THREADS)
-repitch(T* __restrict__ dst, I dst_pitch, const T* __restrict__ src, I src_pitch, I rows, I cols) {
+repitch(T* __restrict__ dst, I dst_pitch, const T* __restrict__ src, I src_pitch, I rows, I cols, bool wait,
+        bool trigger) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (trigger) asm volatile("griddepcontrol.launch_dependents;");
+#endif
   constexpr int V = 16 / sizeof(T);
   constexpr int C = chunk<T>();
   constexpr int CAP = 2 * C + 2 * V;  // enough unless a row loses most of its pitch
@@ -74,16 +82,32 @@ repitch(T* __restrict__ dst, I dst_pitch, const T* __restrict__ src, I src_pitch
   }
 }
 
+template <class I, class T>
+cudaError_t launch(unsigned blocks, cudaStream_t s, bool pdl, T* dst, I dst_pitch, const T* src, I src_pitch, I rows,
+                   I cols, bool trigger) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(THREADS);
+  config.stream = s;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, repitch<T, I>, dst, dst_pitch, src, src_pitch, rows, cols, pdl, trigger);
+}
+
 // 32-bit index arithmetic where it suffices: the divisions are a visible share of a copy.
+// `pdl`: launch with programmatic dependent launch after the kernel before it on `s`;
+// `trigger`: let the kernel after it launch early (it must wait on this one's writes itself).
 template <class T>
-void launch_repitch(T* dst, long long dst_pitch, const T* src, long long src_pitch, long long rows,
-                    long long cols, cudaStream_t s) {
+cudaError_t launch_repitch(T* dst, long long dst_pitch, const T* src, long long src_pitch, long long rows,
+                           long long cols, cudaStream_t s, bool pdl = false, bool trigger = false) {
   const long long total = rows * dst_pitch;
   const unsigned blocks = unsigned((total + chunk<T>() - 1) / chunk<T>());
   if (total + chunk<T>() < (1LL << 31) && rows * src_pitch < (1LL << 31))
-    repitch<T, int><<<blocks, THREADS, 0, s>>>(dst, int(dst_pitch), src, int(src_pitch), int(rows), int(cols));
-  else
-    repitch<T, long long><<<blocks, THREADS, 0, s>>>(dst, dst_pitch, src, src_pitch, rows, cols);
+    return launch<int>(blocks, s, pdl, dst, int(dst_pitch), src, int(src_pitch), int(rows), int(cols), trigger);
+  return launch<long long>(blocks, s, pdl, dst, dst_pitch, src, src_pitch, rows, cols, trigger);
 }
 
 }  // namespace cutsearch_copy

@@ -38,9 +38,11 @@ int cs_abi_version(void);
 const char* cs_kernel_name(void);
 /* Returns 0 on success. m may differ from CUTSEARCH_FC_M (correct, but not tuned for it). */
 /* io: CS_IO_X_PADDED when x arrives with row pitch pad_k (padding columns finite),
-   CS_IO_Y_PADDED when y may be written with row pitch pad_n. CUTSEARCH_FC_IO is the layer's. */
+   CS_IO_Y_PADDED when y may be written with row pitch pad_n, CS_IO_PDL to overlap the call's
+   copies and GEMM (programmatic dependent launch). CUTSEARCH_FC_IO is what the search chose. */
 #define CS_IO_X_PADDED 1
 #define CS_IO_Y_PADDED 2
+#define CS_IO_PDL 4
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
               int raster, int swizzle, int splits, int decomposition, int reduction, int io);
 /* Bytes of device workspace the caller provides to cs_bind. */

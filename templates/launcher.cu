@@ -7,7 +7,17 @@
 //   pad_n > N  : the kernel writes a padded output that is copied into y, unless the caller
 //                accepts y padded (CS_IO_Y_PADDED: row pitch pad_n).
 // A transposed output (y^T, N x M) is a property of the kernel's D layout, not of this file.
+//   CS_IO_PDL  : the call's kernels overlap launch and prologue with the kernel before them
+//                (programmatic dependent launch); each waits for the writes it reads.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
+
+// Before any include, for CUTLASS's SM90 kernels to wait for the kernel before them only where
+// they first read global memory, and let the kernel after them launch at their last tile
+// (both no-ops without PDL).
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -80,7 +90,7 @@ void set_scheduler(S& s, int raster, int swizzle, int splits, int decomposition,
 
 using namespace cutsearch_impl;
 
-enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2 };
+enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4 };
 
 struct cs_layer {
   int m, n, k, pad_n, pad_k, io;
@@ -182,21 +192,25 @@ int cs_run(cs_layer* h, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
+  const bool pdl = h->io & CS_IO_PDL;
   if (h->x_pad_bytes) {
     cutsearch_copy::launch_repitch(reinterpret_cast<ElementA*>(x_pad), h->pad_k,
-                                   static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s);
+                                   static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s,
+                                   /*pdl=*/false, /*trigger=*/pdl);
   }
   if (h->kernel_ws) {
     cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
     if (st != cutlass::Status::kSuccess) return fail(h, "initialize_workspace", cutlassGetStatusString(st));
   }
-  cutlass::Status st = h->gemm.run(s);
+  // Overlap only with our own copy: a workspace reset in between is a memset, not a kernel.
+  cutlass::Status st = h->gemm.run(s, nullptr, pdl && h->x_pad_bytes && !h->kernel_ws);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
   if (h->y_pad_bytes) {
     // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
     // which is the same bytes. Either way row i of y starts at i * pad_n.
     cutsearch_copy::launch_repitch(static_cast<ElementD*>(h->y), h->n,
-                                   reinterpret_cast<const ElementD*>(y_pad), h->pad_n, h->m, h->n, s);
+                                   reinterpret_cast<const ElementD*>(y_pad), h->pad_n, h->m, h->n, s,
+                                   /*pdl=*/pdl);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(h, "launch", cudaGetErrorString(e));

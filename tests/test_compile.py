@@ -257,3 +257,28 @@ def test_default_nvcc_jobs_follow_the_cpus_the_process_may_use():
                          timeout=60, cwd=Path(__file__).resolve().parent.parent)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "1"
+
+
+@pytest.mark.nvcc
+def test_the_gemm_and_the_copies_are_built_for_overlapped_launches(tmp_path):
+    """PDL needs griddepcontrol in the kernels themselves: waits before the first global reads,
+    and the trigger that lets the next kernel launch early."""
+    from cutsearch.codegen import cutlass_include_dirs
+
+    layer = Layer(m=256, n=1001, k=999, bias=True)
+    source = render(layer, Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong",
+                                  epilogue_schedule="tma", pad=True))
+    (tmp_path / SOURCE).write_text(source.code)
+    toolchain = Toolchain.find(cutlass_version())
+    flags = [f for f in toolchain.flags if f not in ("-shared", "-Xptxas=-v", "-Xcompiler=-fPIC")]
+    run = subprocess.run([toolchain.nvcc, *(f"-I{p}" for p in cutlass_include_dirs()), *flags, "-ptx", SOURCE,
+                          "-o", "kernel.ptx"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    ptx = (tmp_path / "kernel.ptx").read_text()
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry (\w+)\(", ptx)]
+    bodies = {name: ptx[at:end] for (at, name), (end, _) in zip(starts, starts[1:] + [(len(ptx), "")])}
+    gemm = [body for name, body in bodies.items() if "device_kernel" in name]
+    copies = [body for name, body in bodies.items() if "repitch" in name]
+    assert len(gemm) == 1 and len(copies) == 2  # 32- and 64-bit indexing
+    for body in gemm + copies:
+        assert "griddepcontrol.wait" in body and "griddepcontrol.launch_dependents" in body

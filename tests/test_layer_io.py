@@ -45,3 +45,20 @@ def test_suite_files_carry_the_io_options(tmp_path):
     layers = load_layers(path)
     assert {layer.input for layer in layers.values()} == {"padded"}
     assert {layer.output for layer in layers.values()} == {"padded"}
+
+
+def test_io_flags_carry_the_layouts_and_overlapped_launches():
+    from cutsearch.abi import IO_PDL, IO_X_PADDED, IO_Y_PADDED, io_flags
+
+    assert (IO_X_PADDED, IO_Y_PADDED, IO_PDL) == (1, 2, 4)  # the launcher's CS_IO_* values
+    assert io_flags(False, False) == 0
+    assert io_flags(True, False, pdl=True) == 5
+    assert io_flags(True, True, pdl=False) == 3
+
+
+def test_the_export_header_passes_the_searched_launch_mode_to_cs_create():
+    from cutsearch.export import _header
+
+    layer = Layer(m=300, n=1001, k=999, bias=True, input="padded")
+    text = _header(layer, kernel_name="k", pad_n=1008, pad_k=1000, knobs={"raster": 1, "pdl": 1})
+    assert "#define CUTSEARCH_FC_IO 5" in text and "#define CS_IO_PDL 4" in text

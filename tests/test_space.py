@@ -172,6 +172,15 @@ def test_split_k_never_splits_below_one_k_tile():
     assert {k.decomposition for k in grid} == {1, 3}
 
 
+def test_overlapped_launches_are_searched_only_where_a_call_copies():
+    plain = knob_grid(cfg(pad=True), UNALIGNED_K)
+    assert {k.pdl for k in plain} == {0, 1}
+    assert {dataclasses.replace(k, pdl=0) for k in plain if k.pdl} == {k for k in plain if not k.pdl}
+    assert {k.pdl for k in knob_grid(cfg(), ALIGNED)} == {0}  # the GEMM alone: nothing to overlap
+    padded = dataclasses.replace(UNALIGNED_K, input="padded")  # x arrives padded: no copy left
+    assert {k.pdl for k in knob_grid(cfg(pad=True), padded)} == {0}
+
+
 def test_split_k_counts_k_tiles_of_the_padded_problem():
     # K=999 padded to 1000: 1000 / 128 -> 8 k-tiles, so 8 splits are allowed but not 16.
     grid = knob_grid(cfg(tile_k=128, tile_scheduler="streamk", pad=True), UNALIGNED_K)
@@ -240,5 +249,5 @@ def test_config_dict_round_trip_ignores_unknown_keys():
 
 
 def test_knobs_serialise_every_field():
-    assert Knobs(raster=2, swizzle=4, splits=3, decomposition=2, reduction=1).to_dict() == {
-        "raster": 2, "swizzle": 4, "splits": 3, "decomposition": 2, "reduction": 1}
+    assert Knobs(raster=2, swizzle=4, splits=3, decomposition=2, reduction=1, pdl=1).to_dict() == {
+        "raster": 2, "swizzle": 4, "splits": 3, "decomposition": 2, "reduction": 1, "pdl": 1}

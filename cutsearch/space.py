@@ -78,7 +78,10 @@ class Knobs:
     pdl: int = 0            # 1: the call's copies and GEMM overlap (programmatic dependent launch)
 
     def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not self.pdl:
+            del d["pdl"]  # as recordings and exports made before the knob have it
+        return d
 
 
 @dataclasses.dataclass(frozen=True)

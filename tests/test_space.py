@@ -251,3 +251,4 @@ def test_config_dict_round_trip_ignores_unknown_keys():
 def test_knobs_serialise_every_field():
     assert Knobs(raster=2, swizzle=4, splits=3, decomposition=2, reduction=1, pdl=1).to_dict() == {
         "raster": 2, "swizzle": 4, "splits": 3, "decomposition": 2, "reduction": 1, "pdl": 1}
+    assert "pdl" not in Knobs().to_dict() and Knobs(**Knobs().to_dict()) == Knobs()

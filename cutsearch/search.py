@@ -21,11 +21,11 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from cutsearch import model, storage as storage_mod
+from cutsearch.compiler import usable_cpus
 from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluation, Evaluator
 from cutsearch.outcome import Failure, Measurement
 from cutsearch.problem import Layer
-from cutsearch.compiler import usable_cpus
 from cutsearch.space import Config, Space, invalid_reason
 
 log = logging.getLogger(__name__)

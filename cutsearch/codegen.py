@@ -52,18 +52,26 @@ ABI_FUNCTIONS = ("cs_abi_version", "cs_kernel_name", "cs_error", "cs_workspace_s
                  "cs_run", "cs_destroy")
 
 
+def unit_group(source: KernelSource) -> tuple[str, ...] | None:
+    """What sources must share to share a translation unit: None where the source cannot."""
+    parts = source.parts
+    if parts is None:
+        return None
+    head, _, rest = _split_includes(parts[0])
+    return (head, rest, *source.libraries)
+
+
 def batch_unit(sources: list[KernelSource]) -> tuple[str, list[str]] | None:
     """One translation unit holding every source, and the symbol prefix of each one's C ABI.
 
     Headers are parsed once for all. Each kernel keeps its own namespace, so its code and
     symbols are those of its own unit. None where the sources cannot share a unit.
     """
+    groups = {unit_group(s) for s in sources}
+    if None in groups or len(groups) != 1:
+        return None
     parts = [s.parts for s in sources]
-    if any(p is None for p in parts) or len({s.libraries for s in sources}) != 1:
-        return None
     shared = [_split_includes(p[0]) for p in parts]
-    if len({(head, rest) for head, _, rest in shared}) != 1:
-        return None
     includes = list(dict.fromkeys(line for _, inc, _ in shared for line in inc))
     prefixes = [f"k{i}_" for i in range(len(sources))]
     out = [shared[0][0], "\n".join(includes), shared[0][2]]
@@ -130,6 +138,7 @@ _EPILOGUE_SCHEDULES = {
     ("cooperative", "nosmem"): "NoSmemWarpSpecialized",
 }
 _TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK"}
+_GDC_DEFINE = "#ifndef CUTLASS_ENABLE_GDC_FOR_SM90\n#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#endif"
 
 
 def _epilogue_fn(layer: Layer):
@@ -158,7 +167,10 @@ def render(layer: Layer, config: Config) -> KernelSource:
         plan = cc.op.Gemm(element=element, element_accumulator=cc.DataType.f32,
                           layout_A=cc.LayoutType.RowMajor, layout_B=cc.LayoutType.ColumnMajor,
                           layout_C=layout_d, cc=90, kernel_cc=90)
-        fn = _epilogue_fn(layer)
+        # The nosmem epilogue has no visitor tree: D = acc + 1 * C, with C the bias broadcast
+        # by a zero stride (the launcher sets it), is its fused bias.
+        bias_as_c = layer.bias and config.epilogue_schedule == "nosmem"
+        fn = None if config.epilogue_schedule == "nosmem" else _epilogue_fn(layer)
         if fn is not None:
             from cutlass_cppgen.backend.evt.ir.tensor import Tensor
 
@@ -191,9 +203,12 @@ def render(layer: Layer, config: Config) -> KernelSource:
         raise CodegenError(f"no such schedule in this CUTLASS: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the interface raises bare Exception for invalid configs
         raise CodegenError(str(exc).strip() or type(exc).__name__) from None
+    # CUTLASS 4.2's stream-K scheduler does not compile with grid-dependency control.
+    gdc = config.tile_scheduler != "streamk"
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
-                           swap_ab=int(config.swap_ab), has_bias=int(layer.bias),
+                           swap_ab=int(config.swap_ab), has_bias=int(layer.bias and not bias_as_c),
+                           bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
                            has_act=int(layer.activation != "none"))
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from cutsearch.cache import Cache
-from cutsearch.codegen import ABI_FUNCTIONS, KernelSource, batch_unit, cutlass_include_dirs
+from cutsearch.codegen import ABI_FUNCTIONS, KernelSource, batch_unit, cutlass_include_dirs, unit_group
 from cutsearch.errors import EnvironmentProblem
 from cutsearch.outcome import Failure, FailureKind
 
@@ -180,7 +180,11 @@ class Compiler:
             return
         work = list(pending.values())
         size = min(self.max_batch, math.ceil(len(work) / self.jobs))
-        groups = [work[i:i + size] for i in range(0, len(work), size)]
+        # Units hold only sources that can share one (the same macros before the headers).
+        kinds: dict[object, list] = {}
+        for item in work:
+            kinds.setdefault(unit_group(item[0]) or id(item), []).append(item)
+        groups = [kind[i:i + size] for kind in kinds.values() for i in range(0, len(kind), size)]
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
             futures = [pool.submit(self._build_group, [src for src, _ in group]) for group in groups]
             tags = {future: group for future, group in zip(futures, groups)}

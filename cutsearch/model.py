@@ -121,9 +121,12 @@ def hopeless(layer: Layer, configs: list[Config], ratio: float = PRUNE_RATIO) ->
 
 def warm_start(layer: Layer, configs: list[Config], count: int) -> list[Config]:
     """The first configs to build: the diverse tops of both rankings, interleaved."""
-    persistent = [c for c in configs if c.tile_scheduler == "persistent"]
+    # A hedge against the model's blind spots: the third list holds only persistent kernels with
+    # a TMA epilogue, the kinds it was calibrated on (it knows least about split-K and about
+    # element-wise stores of unaligned rows).
+    plain = [c for c in configs if c.tile_scheduler == "persistent" and c.epilogue_schedule != "nosmem"]
     picks = [diverse_top(rank(layer, configs, CALIBRATED), count), diverse_top(rank(layer, configs, DEFAULT), count),
-             diverse_top(rank(layer, persistent, DEFAULT), count)]
+             diverse_top(rank(layer, plain or configs, DEFAULT), count)]
     merged: list[Config] = []
     for pair in zip(*picks):
         for c in pair:

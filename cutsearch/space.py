@@ -50,7 +50,7 @@ class Config:
     stages: int = 0
     tile_scheduler: str = "persistent"
     swap_ab: bool = False
-    pad: bool = False  # pad K and N to 16-byte rows so the TMA path applies
+    pad: bool = False  # pad K and N (K alone with the nosmem epilogue) to 16-byte rows for TMA
 
     @property
     def key(self) -> str:
@@ -103,7 +103,10 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     # not extents: N is padded only where it is y's row pitch.
     pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
     transposed = layer.output == "transposed"
-    pad_n = pad_to(layer.n, vec) if (config.pad or layer.output == "padded") and not transposed else layer.n
+    # The nosmem epilogue stores rows of any pitch: for it `pad` pads K alone, since padding N
+    # would only add y's copy.
+    pads_n = (config.pad and config.epilogue_schedule != "nosmem") or layer.output == "padded"
+    pad_n = pad_to(layer.n, vec) if pads_n and not transposed else layer.n
     m, n = (pad_n, layer.m) if config.swap_ab else (layer.m, pad_n)
     # A and B are both K-major, so their alignment is K's; D's leading dimension is y's pitch.
     return KernelProblem(m=m, n=n, k=pad_k, pad_n=pad_n, pad_k=pad_k, align_ab=alignment(pad_k, layer.dtype),
@@ -162,8 +165,10 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "padding is a no-op for this layer"
     if c.kernel_schedule == "auto" and (layer.bias or layer.activation != "none"):
         return "the fused bias/activation (epilogue visitor tree) needs an explicit TMA epilogue schedule"
-    if c.epilogue_schedule == "nosmem" and (layer.bias or layer.activation != "none"):
-        return "the fused bias/activation (epilogue visitor tree) needs the TMA epilogue"
+    if c.epilogue_schedule == "nosmem" and layer.activation != "none":
+        return "the fused activation (epilogue visitor tree) needs the TMA epilogue"
+    if c.epilogue_schedule == "nosmem" and layer.bias and layer.output == "transposed":
+        return "the nosmem epilogue adds the bias as a source C broadcast along y's rows: not for y^T"
     if c.epilogue_schedule == "nosmem" and kp.align_d == vec:
         return "the nosmem epilogue only serves unaligned output rows; the TMA epilogue is faster"
     if -(-kp.m // c.tile_m) < c.cluster_m:

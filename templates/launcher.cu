@@ -13,10 +13,9 @@
 
 // Before any include, for CUTLASS's SM90 kernels to wait for the kernel before them only where
 // they first read global memory, and let the kernel after them launch at their last tile
-// (both no-ops without PDL).
-#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
-#define CUTLASS_ENABLE_GDC_FOR_SM90 1
-#endif
+// (both no-ops without PDL). Not for stream-K: CUTLASS 4.2's stream-K scheduler does not
+// compile with it, so those kernels are never launched early (CS_GDC 0).
+${gdc_define}
 
 #include <cstdint>
 #include <cstdio>
@@ -41,6 +40,8 @@ namespace ${namespace} {
 #define CS_SWAP_AB ${swap_ab}
 #define CS_HAS_BIAS ${has_bias}
 #define CS_HAS_ACT ${has_act}
+#define CS_BIAS_AS_C ${bias_as_c}
+#define CS_GDC ${gdc}
 
 // ---- kernel emitted by the CUTLASS Python interface ----------------------------------------
 ${kernel_source}
@@ -173,6 +174,15 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   args.epilogue.thread = {{{}, {static_cast<ElementD const*>(bias)}, {}}, {}};
 #elif CS_HAS_BIAS
   args.epilogue.thread = {{}, {static_cast<ElementD const*>(bias)}, {}};
+#elif CS_BIAS_AS_C
+  // No visitor tree (the nosmem epilogue): D = acc + 1 * C, where C is the bias with a zero
+  // stride across y's rows: the leading dimension of row-major D, or of column-major D^T.
+  using StrideC = typename GemmKernel::StrideC;
+  auto dC = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(h->km, h->kn, 1));
+  cute::get<CS_SWAP_AB ? 1 : 0>(dC) = 0;
+  args.epilogue.ptr_C = static_cast<typename GemmKernel::ElementC const*>(bias);
+  args.epilogue.dC = dC;
+  args.epilogue.thread.beta = 1;
 #else
   (void)bias;
 #endif
@@ -202,8 +212,9 @@ int cs_run(cs_layer* h, void* stream) {
     cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
     if (st != cutlass::Status::kSuccess) return fail(h, "initialize_workspace", cutlassGetStatusString(st));
   }
-  // Overlap only with our own copy: a workspace reset in between is a memset, not a kernel.
-  cutlass::Status st = h->gemm.run(s, nullptr, pdl && h->x_pad_bytes && !h->kernel_ws);
+  // Overlap only with our own copy: a workspace reset in between is a memset, not a kernel. A
+  // GEMM built without grid-dependency control would not wait for the copy's writes.
+  cutlass::Status st = h->gemm.run(s, nullptr, CS_GDC && pdl && h->x_pad_bytes && !h->kernel_ws);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
   if (h->y_pad_bytes) {
     // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
@@ -225,3 +236,5 @@ void cs_destroy(cs_layer* h) { delete h; }
 #undef CS_SWAP_AB
 #undef CS_HAS_BIAS
 #undef CS_HAS_ACT
+#undef CS_BIAS_AS_C
+#undef CS_GDC

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from cutsearch.codegen import CodegenError, KernelSource, render
+from cutsearch.codegen import CodegenError, KernelSource, batch_unit, render, unit_group
 from cutsearch.problem import Layer
 from cutsearch.space import Config, invalid_reason
 
@@ -173,6 +173,30 @@ def test_bias_broadcasts_along_columns_of_y_transposed_when_swapped():
     assert "cute::Stride<cute::Int<1>, cute::Int<0>, cute::Int<0>>" in text  # one value per kernel row (= n)
     assert "using StrideD = cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>;" in text  # column-major D
     assert macro(source, "CS_HAS_BIAS") == 1
+
+
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
+def test_nosmem_epilogue_adds_the_bias_as_its_source_c(swap_ab):
+    """No visitor tree: D = acc + beta * C, C being the bias read with a zero stride across rows."""
+    layer = Layer(m=3000, n=1001, k=999, bias=True)
+    source = _render(layer, coop(kernel_schedule="pingpong", epilogue_schedule="nosmem", pad=True, swap_ab=swap_ab))
+    assert "Sm90EVT" not in source.code and "Broadcast" not in source.code
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_BIAS_AS_C")) == (0, 1)
+    layout = "ColumnMajor" if swap_ab else "RowMajor"
+    assert operands(epilogue(source)) == [("cutlass::half_t", f"cutlass::layout::{layout}", 1)] * 2  # y's own rows
+    assert [a for _, _, a in operands(mainloop(source))] == [8, 8]  # x padded to 16-byte rows
+    assert macro(_render(layer, coop(pad=True, swap_ab=swap_ab)), "CS_BIAS_AS_C") == 0  # TMA: the visitor tree
+
+
+def test_stream_k_kernels_are_built_without_grid_dependency_control():
+    """CUTLASS 4.2's stream-K scheduler does not compile with it; the launcher then never
+    launches the GEMM early."""
+    streamk, persistent = _render(LAYER, coop(tile_scheduler="streamk")), _render(LAYER, coop())
+    assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in streamk.code and macro(streamk, "CS_GDC") == 0
+    assert "#define CUTLASS_ENABLE_GDC_FOR_SM90 1" in persistent.code and macro(persistent, "CS_GDC") == 1
+    assert unit_group(streamk) != unit_group(persistent)
+    assert batch_unit([streamk, persistent]) is None
+    assert unit_group(persistent) == unit_group(_render(LAYER, coop(swap_ab=True)))
 
 
 @pytest.mark.parametrize("activation, functor", [("relu", "ReLu"), ("gelu", "GELU"), ("silu", "SiLu")])

@@ -222,6 +222,28 @@ def test_kernels_sharing_a_translation_unit_are_the_same_machine_code_as_alone(t
         assert shared[i].ptxas.registers is not None and shared[i].ptxas.spill_bytes == 0
 
 
+@pytest.mark.nvcc
+def test_stream_k_and_persistent_kernels_build_in_units_of_their_own_kind(tmp_path):
+    """Stream-K kernels are built without grid-dependency control (CUTLASS 4.2's stream-K
+    scheduler does not compile with it), so they cannot share a unit with the others."""
+    layer = Layer(m=256, n=1001, k=999, bias=True)
+    coop = dict(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", pad=True)
+    configs = [Config(**coop, epilogue_schedule="tma", tile_scheduler="streamk"),
+               Config(**coop, epilogue_schedule="tma"),
+               Config(**coop, epilogue_schedule="nosmem", tile_scheduler="streamk"),
+               Config(**coop, epilogue_schedule="nosmem")]
+    compiler = Compiler(Cache(tmp_path / "cache"), Toolchain.find(cutlass_version()), jobs=2)
+    units = []
+    shared = compiler._compile_batch
+    compiler._compile_batch = lambda sources: units.append(sorted(s.code.count("StreamKScheduler") > 0
+                                                                  for s in sources)) or shared(sources)
+    results = dict(compiler.compile_many((c, render(layer, c)) for c in configs))
+    assert sorted(units) == [[False, False], [True, True]]
+    for config, built in results.items():
+        assert isinstance(built, CompiledKernel), (config.key, built)
+        assert json.loads((built.library.parent / MANIFEST).read_text())["batch"] == 2
+
+
 def test_device_code_of_a_file_without_cubins_is_empty(tmp_path):
     host_only = tmp_path / "host.so"
     host_only.write_bytes(b"\x7fELF" + b"\x02\x01" + b"\0" * 64 + b"\x7fELF\x01\x01garbage")

@@ -22,10 +22,19 @@ from cutsearch.worker import MeasureRequest
 
 BASE = Layer(m=256, n=1001, k=999, dtype="bf16", bias=True, activation="silu")
 CONFIG = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma")
+BIAS_ONLY = dataclasses.replace(BASE, activation="none")
+NOSMEM = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="nosmem", pad=True)
 CASES = {
     "x-and-y-padded": (dataclasses.replace(BASE, input="padded", output="padded"), CONFIG),
     "y-transposed-swapped": (dataclasses.replace(BASE, output="transposed"), dataclasses.replace(CONFIG, pad=True, swap_ab=True)),
     "x-padded-y-transposed": (dataclasses.replace(BASE, input="padded", output="transposed"), CONFIG),
+    # The nosmem epilogue stores y's unaligned rows itself, the bias added as a zero-stride C.
+    "y-stored-unaligned": (BIAS_ONLY, NOSMEM),
+    "y-stored-unaligned-swapped": (BIAS_ONLY, dataclasses.replace(NOSMEM, swap_ab=True)),
+    "y-stored-unaligned-stream-k": (BIAS_ONLY, dataclasses.replace(NOSMEM, kernel_schedule="cooperative",
+                                                                    tile_scheduler="streamk")),
+    # Copies x and y: the case for overlapped launches (programmatic dependent launch).
+    "x-and-y-copied": (BIAS_ONLY, dataclasses.replace(CONFIG, pad=True)),
 }
 
 
@@ -55,3 +64,20 @@ def test_every_layout_computes_the_layer(built):
             reply = worker.call(request, timeout_s=300)
             assert isinstance(reply, Measurement), (name, reply)
             assert reply.rel_error < 1e-2 and reply.baseline is not None
+
+
+@pytest.mark.gpu
+def test_overlapped_launches_compute_the_layer(built):
+    """Each PDL variant passes the float64 check (the worker drops a variant that fails it)."""
+    with WorkerProcess(0) as worker:
+        for name in ("x-and-y-copied", "y-stored-unaligned"):
+            layer, config = CASES[name]
+            kp = kernel_problem(layer, config)
+            knobs = tuple(k for k in knob_grid(config, layer) if k.raster == 1 and k.swizzle == 1)
+            assert {k.pdl for k in knobs} == {0, 1}
+            request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
+                                     dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
+                                     pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs, reps=5, warmup=1)
+            reply = worker.call(request, timeout_s=300)
+            assert isinstance(reply, Measurement), (name, reply)
+            assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)

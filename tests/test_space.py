@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from cutsearch.problem import Layer
-from cutsearch.space import (SCHEDULES, Config, Knobs, Space, invalid_reason, kernel_problem, knob_grid,
+from cutsearch.space import (SCHEDULES, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
                              smem_bytes)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
@@ -40,9 +40,12 @@ def cfg(**kw) -> Config:
     (UNALIGNED_K, cfg(), "K=999 gives 2-byte rows; the TMA mainloop needs 16 (pad)"),
     (UNALIGNED_N, cfg(), "N=1001 gives unaligned output rows: only the nosmem epilogue stores them (or pad)"),
     (ALIGNED, cfg(epilogue_schedule="nosmem"), "the nosmem epilogue only serves unaligned output rows"),
-    (dataclasses.replace(UNALIGNED_N, bias=True), cfg(epilogue_schedule="nosmem"),
-     "fused bias/activation (epilogue visitor tree) needs the TMA epilogue"),
-    (dataclasses.replace(UNALIGNED_N, activation="relu"), cfg(epilogue_schedule="nosmem"), "needs the TMA epilogue"),
+    (dataclasses.replace(UNALIGNED_N, activation="relu"), cfg(epilogue_schedule="nosmem"),
+     "fused activation (epilogue visitor tree) needs the TMA epilogue"),
+    (dataclasses.replace(UNALIGNED_N, bias=True, activation="gelu"), cfg(epilogue_schedule="nosmem"),
+     "needs the TMA epilogue"),
+    (dataclasses.replace(UNALIGNED_N, m=1001, n=1024, bias=True, output="transposed"), cfg(epilogue_schedule="nosmem"),
+     "bias as a source C broadcast along y's rows: not for y^T"),
     (ALIGNED, cfg(pad=True), "padding is a no-op for this layer"),
     (ALIGNED, cfg(kernel_schedule="pingpong", epilogue_schedule="auto"), "must both be auto or both explicit"),
     (ALIGNED, cfg(kernel_schedule="auto", epilogue_schedule="tma"), "must both be auto or both explicit"),
@@ -64,6 +67,8 @@ def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     (ALIGNED, cfg(tile_n=256, tile_k=128, stages=0)),                     # auto stages: two fit
     (UNALIGNED_K, cfg(pad=True)),
     (UNALIGNED_N, cfg(epilogue_schedule="nosmem")),
+    (dataclasses.replace(UNALIGNED_N, bias=True), cfg(epilogue_schedule="nosmem")),  # the bias as C
+    (dataclasses.replace(ODD, activation="none"), cfg(epilogue_schedule="nosmem", pad=True)),  # pads K alone
     (UNALIGNED_N, cfg(pad=True)),
     (ODD, cfg(pad=True, swap_ab=True)),
     (ALIGNED, Config(tile_m=128, tile_n=128, tile_k=64)),                 # both schedules auto
@@ -98,6 +103,20 @@ def test_swap_ab_makes_the_kernel_compute_y_transposed():
     kp = kernel_problem(ODD, cfg(pad=True, swap_ab=True))
     assert (kp.m, kp.n, kp.k) == (1008, 3000, 1000)
     assert (kp.pad_n, kp.pad_k) == (1008, 1000)
+
+
+def test_nosmem_epilogue_pads_k_alone_and_stores_y_rows_as_they_are():
+    layer = dataclasses.replace(ODD, activation="none")
+    kp = kernel_problem(layer, cfg(pad=True, epilogue_schedule="nosmem"))
+    assert (kp.pad_k, kp.pad_n, kp.align_ab, kp.align_d) == (1000, 1001, 8, 1)
+    assert copies(layer, kp)  # x still: its rows are 2-byte aligned
+    # The caller's padded y fixes the pitch whatever the epilogue, and then TMA stores it.
+    padded = dataclasses.replace(layer, output="padded")
+    assert kernel_problem(padded, cfg(pad=True, epilogue_schedule="nosmem")).pad_n == 1008
+    assert "only serves unaligned output rows" in invalid_reason(padded, cfg(pad=True, epilogue_schedule="nosmem"))
+    # Where K is aligned, padding for the nosmem epilogue would pad nothing.
+    assert "no-op" in invalid_reason(dataclasses.replace(UNALIGNED_N, bias=True),
+                                     cfg(pad=True, epilogue_schedule="nosmem"))
 
 
 def test_unpadded_odd_layer_keeps_its_extents_and_loses_alignment():

@@ -3,7 +3,8 @@
 #   h200x2-exhaustive.sh setup                  install the carried wheels (run once, first)
 #   h200x2-exhaustive.sh tests                  the GPU tests
 #   h200x2-exhaustive.sh record LAYER...        every config of each layer's default space, in
-#                                               the model's order, then its recording
+#                                               the model's order, then its recording (TRIALS=n:
+#                                               only the model's first n)
 #   h200x2-exhaustive.sh default LAYER...       `cutsearch search` with its default budget from an
 #                                               empty compile cache, timed on the wall clock
 # GPU (default 0) and CPUS (default all) say where each runs, so that two can share the host:
@@ -42,6 +43,7 @@ case "$what" in
       read -r _ m _ n _ k _ <<< "$(layer_args "$layer")"
       size=$(space_size "$m" "$n" "$k")
       study="exhaustive-$layer-f16"
+      if [ -n "${TRIALS:-}" ]; then size=$TRIALS; study="model-top$TRIALS-$layer-f16"; fi
       # Eight trials per CPU at once: units of 8 kernels, the compiler's best throughput. The
       # model's order puts the likely winners first, so a run cut short holds the top of the space.
       taskset -c "$CPUS" python3 -m cutsearch search $(layer_args "$layer") --study "$study" \

@@ -31,6 +31,7 @@ BOUNDS = {  # physically sensible ranges: a fit on few points must not run off t
     "launch_us": (0.5, 20.0), "tile_fill_us": (0.0, 5.0),
     "l2_feed_bytes_per_s": (5e9, 1e12), "dram_feed_bytes_per_s": (2e9, 5e11),
     "copy_overhead_us": (0.2, 20.0), "k_step_us": (0.0, 1.0),
+    "store_column_bytes_per_s": (1e11, 5e12), "store_row_bytes_per_s": (5e10, 5e12),
 }
 OBJECTIVES = ("log", "spearman")
 

@@ -252,3 +252,39 @@ def test_pruning_takes_a_real_share_of_a_memory_bound_space():
     layer = Recording.load(EXHAUSTIVE / "exhaustive-decode-f16.json").layer
     space = list(Space(layer))
     assert 0.2 < len(model.hopeless(layer, space)) / len(space) < 0.5
+
+
+NOSMEM = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200x2-2026-11-30-nosmem"
+
+
+def _unaligned_recorded() -> tuple[Layer, list[tuple[object, float]]]:
+    """The unaligned layer's model-order top 24 (TMA epilogue, y copied) and top 40 (nosmem
+    epilogue, y stored as it is), recorded on an H200 in two runs of the same day."""
+    points = []
+    for name in ("model-top24-unaligned-f16.json", "model-top40-unaligned-f16.json"):
+        rec = Recording.load(NOSMEM / name)
+        points += [(e.config, e.outcome.median_us) for e in efficiency.candidates_of(rec)[0]
+                   if isinstance(e.outcome, Measurement)]
+    return rec.layer, points
+
+
+def test_the_model_prices_element_wise_stores_by_the_layout_of_y():
+    """Without the store term the model ranked these 64 recorded kernels backwards (Spearman
+    -0.35): it saw the nosmem epilogue save y's copy and nothing it costs."""
+    layer, points = _unaligned_recorded()
+    assert len(points) == 64
+    predicted = [model.rank(layer, [config])[0][0] for config, _ in points]
+    assert model.spearman(predicted, [t for _, t in points]) > 0.4
+    # Column-major D (swapped) stores whole 16-byte runs; row-major D scatters 2-byte pieces.
+    by_key = {c.key: t for c, t in points}
+    swapped = [t for c, t in points if c.epilogue_schedule == "nosmem" and c.swap_ab]
+    direct = [by_key[c.key.replace("_swap", "")] for c, _ in points
+              if c.epilogue_schedule == "nosmem" and c.swap_ab and c.key.replace("_swap", "") in by_key]
+    assert len(direct) == len(swapped) and all(s < d for s, d in zip(swapped, direct))
+
+
+def test_the_model_never_prunes_a_recorded_near_best_unaligned_kernel():
+    layer, points = _unaligned_recorded()
+    best = min(t for _, t in points)
+    hopeless = model.hopeless(layer, list(Space(layer)))
+    assert not {c.key for c, t in points if t <= best * 1.02} & hopeless

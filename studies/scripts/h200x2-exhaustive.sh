@@ -7,6 +7,8 @@
 #                                               only the model's first n)
 #   h200x2-exhaustive.sh default LAYER...       `cutsearch search` with its default budget from an
 #                                               empty compile cache, timed on the wall clock
+#   h200x2-exhaustive.sh exported LAYER         export that default search's winner, and run the
+#                                               loader and profile GPU tests on the export
 # GPU (default 0) and CPUS (default all) say where each runs, so that two can share the host:
 # one GPU each, and 16 CPUs for `default`, as on the one-H200 host.
 # LAYER is decode, asr_out or unaligned: the f16 layers of studies/suite.toml.
@@ -66,5 +68,12 @@ case "$what" in
       cp "/tmp/def/results/$study.json" "$OUT/$study.summary.json" 2>/dev/null
       cat "$OUT/$study.wall.json"; grep -v "━" "$OUT/$study.log" | tail -14
     done ;;
-  *) echo "usage: $0 setup|tests|record LAYER...|default LAYER..." >&2; exit 2 ;;
+  exported)
+    study="default-$1-f16"
+    python3 -m cutsearch export "$study" --studies-dir /tmp/def --out "/tmp/export-$1" > "$OUT/$study.export.log" 2>&1
+    CUTSEARCH_TEST_EXPORT="/tmp/export-$1" timeout "${TESTS_TIMEOUT:-600}" taskset -c "$CPUS" python3 -m pytest -m gpu -q \
+      -p no:cacheprovider tests/test_loader_gpu.py tests/test_profile_gpu.py > "$OUT/$study.loader-tests.log" 2>&1
+    cp "/tmp/export-$1/meta.json" "$OUT/$study.export.json" 2>/dev/null
+    tail -3 "$OUT/$study.export.log" "$OUT/$study.loader-tests.log" ;;
+  *) echo "usage: $0 setup|tests|record LAYER...|default LAYER...|exported LAYER" >&2; exit 2 ;;
 esac

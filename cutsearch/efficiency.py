@@ -128,10 +128,12 @@ def study_evaluations(study: Any) -> tuple[Layer, list[Evaluation], dict[str, in
 
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         ev = trial.user_attrs.get("evaluation")
-        if not trial.state.is_finished() or trial.state == TrialState.PRUNED:
+        if trial.user_attrs.get("rule_invalid"):
+            # Refused before any build: by a space rule, or as the cost model's hopeless tail.
+            message = str((trial.user_attrs.get("failure") or {}).get("message", ""))
+            skip("pruned" if message.startswith("pruned:") else "rule_invalid")
+        elif not trial.state.is_finished() or trial.state == TrialState.PRUNED:
             skip("unfinished")
-        elif trial.user_attrs.get("rule_invalid"):
-            skip("rule_invalid")
         elif (trial.user_attrs.get("failure") or {}).get("kind") == FailureKind.INTERRUPTED.value:
             skip("interrupted")
         elif ev is None:

@@ -81,6 +81,23 @@ def test_record_skips_rule_invalid_proposals(tmp_path):
     assert summary.evaluations == summary.measured == 4
 
 
+def test_record_tells_pruned_proposals_from_unfinished_trials(tmp_path):
+    name = "fc-4096x5000x1024-f16"
+    journal = tmp_path / "journal.log"
+    shutil.copyfile(SMOKE / "journals" / f"{name}.log", journal)
+    before = record_study(name, storage=str(journal), out=tmp_path / "before.json").skipped
+    study = optuna.load_study(study_name=name, storage=open_storage(journal))
+    for message in ("pruned: the cost model predicts 2x its best or slower", "cluster 2x2 is outside the space"):
+        trial = study.ask()  # told as the search tells a refused proposal
+        trial.set_user_attr("rule_invalid", True)
+        trial.set_user_attr("failure", {"kind": "invalid", "message": message, "log": ""})
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    summary = record_study(name, storage=str(journal), out=tmp_path / "rec.json")
+    added = {k: summary.skipped.get(k, 0) - before.get(k, 0) for k in ("pruned", "rule_invalid")}
+    assert added == {"pruned": 1, "rule_invalid": 1}
+    assert summary.evaluations == 4
+
+
 def test_record_skips_interrupted_trials(tmp_path):
     name = "fc-4096x5000x1024-f16"
     journal = tmp_path / "journal.log"
@@ -254,7 +271,7 @@ def test_pruning_takes_a_real_share_of_a_memory_bound_space():
     assert 0.2 < len(model.hopeless(layer, space)) / len(space) < 0.5
 
 
-NOSMEM = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200x2-2026-11-30-nosmem"
+NOSMEM = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-2026-11-30-unaligned"
 
 
 def _unaligned_recorded() -> tuple[Layer, list[tuple[object, float]]]:

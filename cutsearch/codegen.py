@@ -163,14 +163,18 @@ def render(layer: Layer, config: Config) -> KernelSource:
     # y (M x N row-major) is the swapped kernel's column-major D; y^T flips it once more.
     column_major_d = config.swap_ab != (layer.output == "transposed")
     layout_d = cc.LayoutType.ColumnMajor if column_major_d else cc.LayoutType.RowMajor
+    # Split-K writes fp32 partials (16-byte rows of 4); its reduction adds bias and activation.
+    out = cc.DataType.f32 if config.split_k else element
+    align_d = 4 if config.split_k else kp.align_d
     try:
-        plan = cc.op.Gemm(element=element, element_accumulator=cc.DataType.f32,
+        plan = cc.op.Gemm(element_A=element, element_B=element, element_C=out, element_D=out,
+                          element_accumulator=cc.DataType.f32,
                           layout_A=cc.LayoutType.RowMajor, layout_B=cc.LayoutType.ColumnMajor,
                           layout_C=layout_d, cc=90, kernel_cc=90)
         # The nosmem epilogue has no visitor tree: D = acc + 1 * C, with C the bias broadcast
         # by a zero stride (the launcher sets it), is its fused bias.
         bias_as_c = layer.bias and config.epilogue_schedule == "nosmem"
-        fn = None if config.epilogue_schedule == "nosmem" else _epilogue_fn(layer)
+        fn = None if config.epilogue_schedule == "nosmem" or config.split_k else _epilogue_fn(layer)
         if fn is not None:
             from cutlass_cppgen.backend.evt.ir.tensor import Tensor
 
@@ -194,8 +198,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
                 _EPILOGUE_SCHEDULES[(config.kernel_schedule, config.epilogue_schedule)]],
             "tile_scheduler": cl.TileSchedulerType[_TILE_SCHEDULERS[config.tile_scheduler]],
         })
-        operation = plan.construct(td, alignment_A=kp.align_ab, alignment_B=kp.align_ab,
-                                   alignment_C=kp.align_d)
+        operation = plan.construct(td, alignment_A=kp.align_ab, alignment_B=kp.align_ab, alignment_C=align_d)
         kernel = _cta_tile_descriptor(operation.rt_module.emit(), config)
         includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
         name = operation.procedural_name()
@@ -207,9 +210,10 @@ def render(layer: Layer, config: Config) -> KernelSource:
     gdc = config.tile_scheduler != "streamk"
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
-                           swap_ab=int(config.swap_ab), has_bias=int(layer.bias and not bias_as_c),
+                           swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
+                           has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
-                           has_act=int(layer.activation != "none"))
+                           split_k=int(config.split_k), split_act=ACTIVATIONS[layer.activation])
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
@@ -229,9 +233,13 @@ def _cta_tile_descriptor(kernel: str, config: Config) -> str:
     return patched
 
 
+# The activation ids of the rendered C++ (the split-K reduction and the cuBLAS fallback).
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}
+
+
 def render_fallback(layer: Layer) -> KernelSource:
     """The cuBLAS fallback with the same C ABI, for layers no CUTLASS kernel beat cuBLAS on."""
-    act = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}[layer.activation]
+    act = ACTIVATIONS[layer.activation]
     code = render_template("cublas_fallback.cu", is_bf16=int(layer.dtype == "bf16"), has_bias=int(layer.bias), act=act,
                            transposed=int(layer.output == "transposed"))
     return KernelSource(operation_name="cublas_fallback", code=code, cutlass_version=cutlass_version(),
@@ -239,9 +247,11 @@ def render_fallback(layer: Layer) -> KernelSource:
 
 
 def copy_kernels() -> str:
-    """The per-call pad/unpad kernels, inlined so that a kernel's source stands alone."""
-    text = (TEMPLATES / "copy.cuh").read_text()
-    return text[text.index("// Per-call layout copy"):]
+    """The per-call pad/unpad and split-K reduction kernels, inlined so that a kernel's source
+    stands alone."""
+    copy = (TEMPLATES / "copy.cuh").read_text()
+    reduce = (TEMPLATES / "reduce.cuh").read_text()
+    return copy[copy.index("// Per-call layout copy"):] + "\n" + reduce[reduce.index("// Split-K reduction"):]
 
 
 def render_template(name: str, **values: object) -> str:

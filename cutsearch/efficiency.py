@@ -303,7 +303,8 @@ def covering_space(layer: Layer, configs: Iterable[Config]) -> Space:
                  tile_k=union("tile_k", (c.tile_k for c in configs)), clusters=clusters, schedules=schedules,
                  stages=union("stages", (c.stages for c in configs)),
                  swap_ab=union("swap_ab", (c.swap_ab for c in configs)),
-                 pad=union("pad", (c.pad for c in configs)))
+                 pad=union("pad", (c.pad for c in configs)),
+                 split_k=union("split_k", (c.split_k for c in configs)))
 
 
 def _distance(a: dict[str, Any], b: dict[str, Any], dims: dict[str, tuple[Any, ...]]) -> float:

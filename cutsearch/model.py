@@ -69,10 +69,15 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     splits = 1
     if config.tile_scheduler == "streamk" and knobs is not None and knobs.decomposition in (2, 3):
         splits = knobs.splits if knobs.decomposition == 2 else max(1, min(k_iters, slots // max(tiles, 1)))
+    if config.split_k:
+        splits = knobs.splits if knobs is not None and knobs.splits > 1 else 2
     if splits > 1:
         waves = math.ceil(tiles * splits / slots)
         compute_s = waves * math.ceil(k_iters / splits) * step_s
-        reduce_s = tiles * tm * tn * 4 * 2 * splits / PEAK_BYTES_PER_S
+        # Stream-K fixes up tiles through its workspace; split-K's fp32 partials are written
+        # and read back by its reduction kernel.
+        partials = kp.m * kp.n if config.split_k else tiles * tm * tn
+        reduce_s = partials * 4 * 2 * splits / PEAK_BYTES_PER_S
     else:
         waves = math.ceil(tiles / slots)
         compute_s = waves * k_iters * step_s
@@ -93,6 +98,8 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         t_us += coeff.copy_overhead_us + 2 * layer.m * layer.n * e / PEAK_BYTES_PER_S * 1e6
     if config.tile_scheduler == "streamk":
         t_us += coeff.copy_overhead_us  # the workspace reset before every launch
+    if config.split_k:
+        t_us += coeff.copy_overhead_us  # the reduction kernel
     return t_us
 
 
@@ -129,10 +136,11 @@ def hopeless(layer: Layer, configs: list[Config], ratio: float = PRUNE_RATIO) ->
 
 def warm_start(layer: Layer, configs: list[Config], count: int) -> list[Config]:
     """The first configs to build: the diverse tops of both rankings, interleaved."""
-    # A hedge against the model's blind spots: the third list holds only persistent kernels with
-    # a TMA epilogue, the kinds it was calibrated on (it knows least about split-K and about
-    # element-wise stores of unaligned rows).
-    plain = [c for c in configs if c.tile_scheduler == "persistent" and c.epilogue_schedule != "nosmem"]
+    # A hedge against the model's blind spots: the third list holds only one-kernel persistent
+    # GEMMs with a TMA epilogue, the kinds it was calibrated on (it knows least about split-K and
+    # about element-wise stores of unaligned rows).
+    plain = [c for c in configs
+             if c.tile_scheduler == "persistent" and c.epilogue_schedule != "nosmem" and not c.split_k]
     picks = [diverse_top(rank(layer, configs, CALIBRATED), count), diverse_top(rank(layer, configs, DEFAULT), count),
              diverse_top(rank(layer, plain or configs, DEFAULT), count)]
     merged: list[Config] = []

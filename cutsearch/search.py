@@ -129,11 +129,14 @@ def _hopeless(study: optuna.Study, layer: Layer, space: Space) -> set[str]:
 
 
 def _recorded_space(study: optuna.Study, space: Space) -> Space:
-    """A resumed study keeps the stage choices it was made with: Optuna refuses changed choices."""
+    """A resumed study keeps the stage and split-K choices it was made with: Optuna refuses
+    changed choices."""
+    kept: dict[str, tuple] = {}
     for trial in study.get_trials(deepcopy=False):
-        if "stages" in trial.distributions:
-            return dataclasses.replace(space, stages=tuple(trial.distributions["stages"].choices))
-    return space
+        for name in ("stages", "split_k"):
+            if name in trial.distributions and name not in kept:
+                kept[name] = tuple(trial.distributions[name].choices)
+    return dataclasses.replace(space, **kept)
 
 
 def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int,

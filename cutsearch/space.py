@@ -36,6 +36,7 @@ DEFAULT_STAGES = (0,)
 
 SMEM_BYTES = 227 * 1024
 SM_COUNT = 132
+SPLITS = (2, 3, 4, 6, 8)  # K slices of a split-K config, a run-time knob
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, order=True)
@@ -51,13 +52,16 @@ class Config:
     tile_scheduler: str = "persistent"
     swap_ab: bool = False
     pad: bool = False  # pad K and N (K alone with the nosmem epilogue) to 16-byte rows for TMA
+    # K split into slices on the batch dimension, fp32 partials summed by a second kernel that
+    # adds the bias and activation: more CTAs where the output tiles cannot fill the SMs.
+    split_k: bool = False
 
     @property
     def key(self) -> str:
         """Stable, human-readable identity: equal keys build equal binaries for one layer."""
         return (f"{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}"
                 f"_{self.kernel_schedule}_{self.epilogue_schedule}_s{self.stages}_{self.tile_scheduler}"
-                f"{'_swap' if self.swap_ab else ''}{'_pad' if self.pad else ''}")
+                f"{'_swap' if self.swap_ab else ''}{'_pad' if self.pad else ''}{'_splitk' if self.split_k else ''}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -171,10 +175,38 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "the nosmem epilogue adds the bias as a source C broadcast along y's rows: not for y^T"
     if c.epilogue_schedule == "nosmem" and kp.align_d == vec:
         return "the nosmem epilogue only serves unaligned output rows; the TMA epilogue is faster"
+    if c.split_k:
+        reason = _split_k_invalid(layer, c, kp)
+        if reason:
+            return reason
     if -(-kp.m // c.tile_m) < c.cluster_m:
         return "cluster along M is larger than the problem"
     if -(-kp.n // c.tile_n) < c.cluster_n:
         return "cluster along N is larger than the problem"
+    return None
+
+
+def split_k_helps(layer: Layer) -> bool:
+    """Split-K is searched where the output holds less than one 128x128 tile per SM: only
+    there do its output tiles leave SMs idle."""
+    return layer.m * layer.n < SM_COUNT * 128 * 128
+
+
+def k_splits(config: Config, kp: KernelProblem, dtype: str) -> tuple[int, ...]:
+    """The slice counts that cut K into 16-byte-aligned slices of at least two k-tiles."""
+    vec = 16 // BYTES[dtype]
+    return tuple(s for s in SPLITS if kp.k % (s * vec) == 0 and kp.k // s >= 2 * config.tile_k)
+
+
+def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
+    if not split_k_helps(layer):
+        return "split-K only where the output holds less than one 128x128 tile per SM"
+    if c.tile_scheduler != "persistent" or c.epilogue_schedule != "tma":
+        return "split-K runs on the persistent scheduler with the TMA epilogue (stream-K splits on its own)"
+    if kp.pad_k != layer.k or kp.pad_n != layer.n or layer.input != "contiguous" or layer.output != "contiguous":
+        return "split-K needs K and N in 16-byte rows and contiguous x and y"
+    if not k_splits(c, kp, layer.dtype):
+        return f"K={kp.k} has no split into 16-byte slices of two {c.tile_k}-wide k-tiles or more"
     return None
 
 
@@ -188,8 +220,12 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
         grid += [Knobs(raster=r, swizzle=1, decomposition=1) for r in (1, 2)]
         grid += [Knobs(raster=r, swizzle=1, splits=s, decomposition=2, reduction=red)
                  for r in (1, 2) for s in (2, 3, 4, 8, 16) if s <= k_tiles for red in (0, 1)]
-    if copies(layer, kp):
-        # Launch overlap matters only between kernels of one call: here, a copy and the GEMM.
+    if config.split_k:
+        grid = [Knobs(raster=r, swizzle=sw, splits=s) for r in (1, 2) for sw in (1, 4)
+                for s in k_splits(config, kp, layer.dtype)]
+    if copies(layer, kp) or config.split_k:
+        # Launch overlap matters only between kernels of one call: a copy or the split-K
+        # reduction, and the GEMM.
         grid += [dataclasses.replace(k, pdl=1) for k in grid]
     return grid
 
@@ -212,15 +248,19 @@ class Space:
     stages: tuple[int, ...] = DEFAULT_STAGES
     swap_ab: tuple[bool, ...] = (False, True)
     pad: tuple[bool, ...] | None = None  # default: (False, True) where the layer is unaligned
+    split_k: tuple[bool, ...] | None = None  # default: (False, True) where split_k_helps
 
     def dimensions(self) -> dict[str, tuple[Any, ...]]:
         vec = 16 // BYTES[self.layer.dtype]
         aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0
         pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
+        split = self.split_k if self.split_k is not None else (
+            (False, True) if aligned and split_k_helps(self.layer) else (False,))
         return {
             "tile_m": self.tile_m, "tile_n": self.tile_n, "tile_k": self.tile_k,
             "cluster": tuple(f"{m}x{n}" for m, n in self.clusters),
             "schedule": self.schedules, "stages": self.stages, "swap_ab": self.swap_ab, "pad": pad,
+            "split_k": split,
         }
 
     @staticmethod
@@ -230,14 +270,14 @@ class Space:
         return Config(tile_m=params["tile_m"], tile_n=params["tile_n"], tile_k=params["tile_k"],
                       cluster_m=cm, cluster_n=cn, kernel_schedule=kernel, epilogue_schedule=epilogue,
                       stages=params["stages"], tile_scheduler=scheduler, swap_ab=params["swap_ab"],
-                      pad=params["pad"])
+                      pad=params["pad"], split_k=params.get("split_k", False))
 
     @staticmethod
     def params_from_config(config: Config) -> dict[str, Any]:
         return {"tile_m": config.tile_m, "tile_n": config.tile_n, "tile_k": config.tile_k,
                 "cluster": f"{config.cluster_m}x{config.cluster_n}",
                 "schedule": f"{config.kernel_schedule}/{config.epilogue_schedule}/{config.tile_scheduler}",
-                "stages": config.stages, "swap_ab": config.swap_ab, "pad": config.pad}
+                "stages": config.stages, "swap_ab": config.swap_ab, "pad": config.pad, "split_k": config.split_k}
 
     def __iter__(self) -> Iterator[Config]:
         """Every valid config, in a fixed order (exhaustive runs and model ranking)."""

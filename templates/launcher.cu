@@ -7,6 +7,9 @@
 //   pad_n > N  : the kernel writes a padded output that is copied into y, unless the caller
 //                accepts y padded (CS_IO_Y_PADDED: row pitch pad_n).
 // A transposed output (y^T, N x M) is a property of the kernel's D layout, not of this file.
+//   CS_SPLIT_K : K in `splits` slices on the kernel's batch dimension; the kernel writes fp32
+//                partials into the workspace, and a second kernel sums them with the bias and
+//                activation into y.
 //   CS_IO_PDL  : the call's kernels overlap launch and prologue with the kernel before them
 //                (programmatic dependent launch); each waits for the writes it reads.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
@@ -42,6 +45,8 @@ namespace ${namespace} {
 #define CS_HAS_ACT ${has_act}
 #define CS_BIAS_AS_C ${bias_as_c}
 #define CS_GDC ${gdc}
+#define CS_SPLIT_K ${split_k}
+#define CS_SPLIT_ACT ${split_act}
 
 // ---- kernel emitted by the CUTLASS Python interface ----------------------------------------
 ${kernel_source}
@@ -96,12 +101,14 @@ enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4 };
 struct cs_layer {
   int m, n, k, pad_n, pad_k, io;
   int km, kn, kk;  // the kernel's problem after the transforms
+  int splits = 1;  // its batch count: K slices under CS_SPLIT_K
   cutlass::KernelHardwareInfo hw;
   SchedulerArgs scheduler{};
   typename Gemm::Arguments args{};
   Gemm gemm;
-  size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0;
+  size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0;
   const void* x = nullptr;
+  const void* bias = nullptr;
   void* y = nullptr;
   char* ws = nullptr;
   bool bound = false;
@@ -119,12 +126,14 @@ int cs_abi_version(void) { return 3; }
 const char* cs_kernel_name(void) { return "${operation_name}"; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
 size_t cs_workspace_size(const cs_layer* h) {
-  return h ? round_up(h->kernel_ws, 256) + round_up(h->x_pad_bytes, 256) + h->y_pad_bytes : 0;
+  return h ? round_up(h->kernel_ws, 256) + round_up(h->x_pad_bytes, 256) + round_up(h->y_pad_bytes, 256) +
+             h->parts_bytes : 0;
 }
 
 // raster: 0 heuristic, 1 along M, 2 along N. decomposition: 0 heuristic, 1 data-parallel,
 // 2 split-K, 3 stream-K. reduction: 0 deterministic, 1 nondeterministic (split partials
-// reduced in any order). Each is ignored where the tile scheduler has no such knob.
+// reduced in any order). Each is ignored where the tile scheduler has no such knob. splits:
+// stream-K's splits, or a split-K kernel's K slices (at least 2, each a 16-byte multiple).
 // io: CS_IO_* flags, the layouts the caller hands over and accepts.
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
               int raster, int swizzle, int splits, int decomposition, int reduction, int io) {
@@ -135,15 +144,22 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   h->km = CS_SWAP_AB ? pad_n : m;
   h->kn = CS_SWAP_AB ? m : pad_n;
   h->kk = pad_k;
+#if CS_SPLIT_K
+  // Each slice a 16-byte multiple, as TMA needs of the batch stride.
+  if (splits < 2 || pad_k % (splits * int(16 / sizeof(ElementA))) != 0) { delete h; return 1; }
+  h->splits = splits;
+  h->kk = pad_k / splits;
+#endif
   h->hw.device_id = device;
   h->hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
   set_scheduler(h->scheduler, raster, swizzle, splits, decomposition, reduction);
   // Sizes depend on the problem and scheduler only, so the workspace is known before binding.
   typename Gemm::Arguments probe = {cutlass::gemm::GemmUniversalMode::kGemm,
-                                    {h->km, h->kn, h->kk, 1}, {}, {}, h->hw, h->scheduler};
+                                    {h->km, h->kn, h->kk, h->splits}, {}, {}, h->hw, h->scheduler};
   h->kernel_ws = Gemm::get_workspace_size(probe);
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) ? size_t(m) * pad_k * sizeof(ElementA) : 0;
   h->y_pad_bytes = pad_n != n && !(io & CS_IO_Y_PADDED) ? size_t(m) * pad_n * sizeof(ElementD) : 0;
+  h->parts_bytes = CS_SPLIT_K ? size_t(h->splits) * h->km * h->kn * sizeof(ElementD) : 0;
   *out = h;
   return 0;
 }
@@ -152,20 +168,26 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
   if (h->bound && x == h->x && y == h->y && workspace == h->ws) return 0;
-  h->x = x; h->y = y; h->ws = static_cast<char*>(workspace);
+  h->x = x; h->y = y; h->ws = static_cast<char*>(workspace); h->bias = bias;
   char* ws_kernel = h->ws;
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
+  char* parts = y_pad + round_up(h->y_pad_bytes, 256);
   const void* x_eff = h->x_pad_bytes ? static_cast<const void*>(x_pad) : x;
-  void* y_eff = h->y_pad_bytes ? static_cast<void*>(y_pad) : y;
+  void* y_eff = h->parts_bytes ? static_cast<void*>(parts) : h->y_pad_bytes ? static_cast<void*>(y_pad) : y;
   const void* a = CS_SWAP_AB ? w : x_eff;
   const void* b = CS_SWAP_AB ? x_eff : w;
-  auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, 1));
-  auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, h->kk, 1));
-  auto dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(h->km, h->kn, 1));
+  auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, h->splits));
+  auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, h->kk, h->splits));
+  auto dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(h->km, h->kn, h->splits));
+#if CS_SPLIT_K
+  // Slice l of A and B is columns [l * kk, (l + 1) * kk) of their K-major rows of pad_k.
+  cute::get<0>(dA) = h->kk * h->splits; cute::get<2>(dA) = h->kk;
+  cute::get<0>(dB) = h->kk * h->splits; cute::get<2>(dB) = h->kk;
+#endif
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
-      {h->km, h->kn, h->kk, 1},
+      {h->km, h->kn, h->kk, h->splits},
       {static_cast<ElementA const*>(a), dA, static_cast<ElementB const*>(b), dB},
       {{}, nullptr, dD, static_cast<ElementD*>(y_eff), dD},
       h->hw,
@@ -216,6 +238,14 @@ int cs_run(cs_layer* h, void* stream) {
   // GEMM built without grid-dependency control would not wait for the copy's writes.
   cutlass::Status st = h->gemm.run(s, nullptr, CS_GDC && pdl && h->x_pad_bytes && !h->kernel_ws);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
+#if CS_SPLIT_K
+  // y is contiguous and unpadded here (the space's rule), in the partials' own order.
+  cudaError_t re = cutsearch_reduce::launch_sum_splits<CS_SPLIT_ACT>(
+      static_cast<ElementA*>(h->y), reinterpret_cast<const float*>(y_pad + round_up(h->y_pad_bytes, 256)),
+      (long long)h->m * h->n, h->n, h->splits, static_cast<const ElementA*>(h->bias), h->hw.sm_count, s,
+      CS_GDC && pdl);
+  if (re != cudaSuccess) return fail(h, "launch", cudaGetErrorString(re));
+#endif
   if (h->y_pad_bytes) {
     // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
     // which is the same bytes. Either way row i of y starts at i * pad_n.
@@ -238,3 +268,5 @@ void cs_destroy(cs_layer* h) { delete h; }
 #undef CS_HAS_ACT
 #undef CS_BIAS_AS_C
 #undef CS_GDC
+#undef CS_SPLIT_K
+#undef CS_SPLIT_ACT

@@ -188,6 +188,22 @@ def test_nosmem_epilogue_adds_the_bias_as_its_source_c(swap_ab):
     assert macro(_render(layer, coop(pad=True, swap_ab=swap_ab)), "CS_BIAS_AS_C") == 0  # TMA: the visitor tree
 
 
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
+def test_split_k_writes_fp32_partials_and_leaves_bias_and_activation_to_its_reduction(swap_ab):
+    layer = Layer(m=16, n=4096, k=4096, dtype="bf16", bias=True, activation="gelu")
+    source = _render(layer, coop(kernel_schedule="pingpong", tile_m=64, tile_n=16, swap_ab=swap_ab, split_k=True))
+    assert "Sm90EVT" not in source.code and "Broadcast" not in source.code
+    layout = "ColumnMajor" if swap_ab else "RowMajor"
+    assert operands(epilogue(source)) == [("float", f"cutlass::layout::{layout}", 4)] * 2  # 16-byte rows
+    assert [t for t, _, _ in operands(mainloop(source))] == ["cutlass::bfloat16_t"] * 2
+    assert (macro(source, "CS_SPLIT_K"), macro(source, "CS_SPLIT_ACT")) == (1, 2)  # GELU
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT")) == (0, 0)
+    # The same config without the split: one kernel, the visitor tree, no reduction.
+    plain = _render(layer, coop(kernel_schedule="pingpong", tile_m=64, tile_n=16, swap_ab=swap_ab))
+    assert (macro(plain, "CS_SPLIT_K"), macro(plain, "CS_HAS_BIAS"), macro(plain, "CS_HAS_ACT")) == (0, 1, 1)
+    assert unit_group(plain) == unit_group(source)  # they can share a translation unit
+
+
 def test_stream_k_kernels_are_built_without_grid_dependency_control():
     """CUTLASS 4.2's stream-K scheduler does not compile with it; the launcher then never
     launches the GEMM early."""

@@ -1,4 +1,5 @@
-"""The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer.
+"""The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
+y stored by the nosmem epilogue, split-K with its reduction, and overlapped launches.
 
 Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
 the float64 reference: a candidate whose result were wrong in a layout would come back as a
@@ -23,6 +24,7 @@ from cutsearch.worker import MeasureRequest
 BASE = Layer(m=256, n=1001, k=999, dtype="bf16", bias=True, activation="silu")
 CONFIG = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma")
 BIAS_ONLY = dataclasses.replace(BASE, activation="none")
+SMALL_M = Layer(m=16, n=1024, k=1024, dtype="bf16", bias=True, activation="silu")
 NOSMEM = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="nosmem", pad=True)
 CASES = {
     "x-and-y-padded": (dataclasses.replace(BASE, input="padded", output="padded"), CONFIG),
@@ -35,6 +37,12 @@ CASES = {
                                                                     tile_scheduler="streamk")),
     # Copies x and y: the case for overlapped launches (programmatic dependent launch).
     "x-and-y-copied": (BIAS_ONLY, dataclasses.replace(CONFIG, pad=True)),
+    # K sliced on the batch dimension; the reduction kernel adds bias and activation.
+    "split-k-swapped": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="pingpong",
+                                        epilogue_schedule="tma", swap_ab=True, split_k=True)),
+    "split-k-m1": (dataclasses.replace(SMALL_M, m=1, activation="gelu"),
+                   Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="tma",
+                          split_k=True)),
 }
 
 
@@ -70,10 +78,10 @@ def test_every_layout_computes_the_layer(built):
 def test_overlapped_launches_compute_the_layer(built):
     """Each PDL variant passes the float64 check (the worker drops a variant that fails it)."""
     with WorkerProcess(0) as worker:
-        for name in ("x-and-y-copied", "y-stored-unaligned"):
+        for name in ("x-and-y-copied", "y-stored-unaligned", "split-k-swapped"):
             layer, config = CASES[name]
             kp = kernel_problem(layer, config)
-            knobs = tuple(k for k in knob_grid(config, layer) if k.raster == 1 and k.swizzle == 1)
+            knobs = tuple(k for k in knob_grid(config, layer) if k.raster == 1 and k.swizzle == 1 and k.splits <= 2)
             assert {k.pdl for k in knobs} == {0, 1}
             request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
                                      dtype=layer.dtype, bias=layer.bias, activation=layer.activation,

@@ -119,6 +119,34 @@ def test_nosmem_epilogue_pads_k_alone_and_stores_y_rows_as_they_are():
                                      cfg(pad=True, epilogue_schedule="nosmem"))
 
 
+DECODE = Layer(m=16, n=4096, k=4096, bias=True)
+
+
+def test_split_k_is_searched_only_where_the_output_tiles_leave_sms_idle():
+    assert Space(DECODE).dimensions()["split_k"] == (False, True)
+    assert Space(ALIGNED).dimensions()["split_k"] == (False,)  # 4096 x 4096: 1024 128x128 tiles
+    assert Space(ODD).dimensions()["split_k"] == (False,)  # unaligned: the slices need 16-byte rows
+    split = cfg(tile_m=64, tile_n=16, kernel_schedule="pingpong", swap_ab=True, split_k=True)
+    assert invalid_reason(DECODE, split) is None
+    assert split.key.endswith("_swap_splitk") and Config.from_dict(split.to_dict()) == split
+    assert "less than one 128x128 tile per SM" in invalid_reason(ALIGNED, dataclasses.replace(split, tile_m=128))
+    assert "persistent scheduler with the TMA epilogue" in invalid_reason(
+        DECODE, dataclasses.replace(split, tile_m=128, kernel_schedule="cooperative", tile_scheduler="streamk"))
+    assert "contiguous x and y" in invalid_reason(dataclasses.replace(DECODE, output="transposed"), split)
+    assert "no split into 16-byte slices" in invalid_reason(dataclasses.replace(DECODE, k=264), split)
+
+
+def test_split_k_knobs_cut_k_into_16_byte_slices_of_two_k_tiles_at_least():
+    split = cfg(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="pingpong", swap_ab=True, split_k=True)
+    grid = knob_grid(split, dataclasses.replace(DECODE, k=1536))
+    assert {k.splits for k in grid} == {2, 3, 4, 6}  # 8 slices of 192 are under two 128-wide k-tiles
+    # 1000 splits only into slices that are not 16-byte multiples (500, 250, ...): no split-K.
+    assert "no split into 16-byte slices" in invalid_reason(dataclasses.replace(DECODE, k=1000), split)
+    assert all(1536 % (k.splits * 8) == 0 and 1536 // k.splits >= 256 for k in grid)
+    assert {k.pdl for k in grid} == {0, 1}  # the reduction is a second kernel to overlap
+    assert all(k.decomposition == 0 for k in grid)
+
+
 def test_unpadded_odd_layer_keeps_its_extents_and_loses_alignment():
     kp = kernel_problem(ODD, cfg())
     assert (kp.m, kp.n, kp.k, kp.pad_n, kp.pad_k) == (3000, 1001, 999, 1001, 999)

@@ -1,0 +1,62 @@
+// Rendered into every kernel's translation unit (templates/launcher.cu); tests compile it alone.
+#pragma once
+#include <cuda_runtime.h>
+
+// Split-K reduction (a named namespace: nvcc's host stubs cannot name kernels in an anonymous
+// one). The GEMM wrote `splits` fp32 partials of y, each `total` elements in y's own order (row
+// pitch n), back to back; this sums them in a fixed order (deterministic), adds the bias, applies
+// the activation and writes y. Four elements a thread: 16-byte loads, 8-byte stores (n % 8 == 0).
+namespace cutsearch_reduce {
+
+constexpr int THREADS = 256;
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_SILU = 3 };
+
+template <int Act>
+__device__ __forceinline__ float activate(float v) {
+  if constexpr (Act == ACT_RELU) return v > 0.f ? v : 0.f;
+  if constexpr (Act == ACT_GELU) return 0.5f * v * (1.f + erff(v * 0.70710678f));
+  if constexpr (Act == ACT_SILU) return v / (1.f + __expf(-v));
+  return v;
+}
+
+// `wait`: launched with programmatic dependent launch, so wait for the GEMM's writes first.
+template <class T, int Act>
+__global__ void __launch_bounds__(THREADS)
+sum_splits(T* __restrict__ y, const float* __restrict__ parts, long long total, long long n, int splits,
+           const T* __restrict__ bias, bool wait) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const long long quads = total / 4;
+  for (long long q = blockIdx.x * (long long)THREADS + threadIdx.x; q < quads; q += (long long)gridDim.x * THREADS) {
+    float4 acc = reinterpret_cast<const float4*>(parts)[q];
+    for (int s = 1; s < splits; ++s) {
+      const float4 p = reinterpret_cast<const float4*>(parts + s * total)[q];
+      acc.x += p.x; acc.y += p.y; acc.z += p.z; acc.w += p.w;
+    }
+    const long long col = (q * 4) % n;  // the four share a row: n % 4 == 0
+    float v[4] = {acc.x, acc.y, acc.z, acc.w};
+    alignas(8) T out[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[j] = T(activate<Act>(bias ? v[j] + float(bias[col + j]) : v[j]));
+    reinterpret_cast<uint2*>(y)[q] = *reinterpret_cast<const uint2*>(out);
+  }
+}
+
+template <int Act, class T>
+cudaError_t launch_sum_splits(T* y, const float* parts, long long total, long long n, int splits, const T* bias,
+                              int sm_count, cudaStream_t s, bool pdl) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  const long long blocks = (total / 4 + THREADS - 1) / THREADS;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(blocks < 8LL * sm_count ? blocks : 8LL * sm_count));
+  config.blockDim = dim3(THREADS);
+  config.stream = s;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, sum_splits<T, Act>, y, parts, total, n, splits, bias, pdl);
+}
+
+}  // namespace cutsearch_reduce

@@ -152,12 +152,18 @@ def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int,
 
 def first_configs(layer: Layer, space: Space, count: int, priors: tuple[Config, ...] = ()) -> list[Config]:
     """What a new study builds first: up to half from priors, the rest from the model."""
-    top = [c for c in dict.fromkeys(_adapt(layer, p) for p in priors) if c is not None][: count // 2]
+    top = [c for c in dict.fromkeys(_adapt(layer, space, p) for p in priors) if c is not None][: count // 2]
     return top + [c for c in model.warm_start(layer, list(space), count) if c not in top][: count - len(top)]
 
 
-def _adapt(layer: Layer, config: Config) -> Config | None:
-    """`config`, or its nearest valid form for this layer (an explicit schedule, say)."""
+def _adapt(layer: Layer, space: Space, config: Config) -> Config | None:
+    """`config`, or its nearest valid form for this layer and space (an explicit schedule, the
+    builder's stages, no split-K, say)."""
+    dims = space.dimensions()
+    if config.stages not in dims["stages"]:
+        config = dataclasses.replace(config, stages=dims["stages"][0])
+    if config.split_k not in dims["split_k"]:
+        config = dataclasses.replace(config, split_k=False)
     for candidate in (config, dataclasses.replace(config, kernel_schedule="pingpong", epilogue_schedule="tma"),
                       dataclasses.replace(config, kernel_schedule="cooperative", epilogue_schedule="tma")):
         if invalid_reason(layer, candidate) is None:

@@ -22,7 +22,7 @@ from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
 from cutsearch.problem import Layer
 from cutsearch.search import BATCH_PER_JOB, SearchResult, TrialRecord, default_cache_dir, search
-from cutsearch.space import STAGES, Space, kernel_problem
+from cutsearch.space import DEFAULT_STAGES, STAGES, Space, kernel_problem
 from cutsearch.workspace import Workspace
 
 EVALUATORS = ("gpu", "replay", "model")
@@ -56,10 +56,11 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
          recording: Path | None = None, sampler: str = "tpe", batch: int | None = None, seed: int = 0,
          warm: int | None = None, workspace: Workspace | None = None, command: str | None = None,
          events: Callable[[str, dict[str, Any]], None] | None = None, all_stages: bool = False,
-         prune: bool = True) -> SearchResult:
+         split_k: bool = False, prune: bool = True) -> SearchResult:
     """Search `layer`, resuming study `study`; persist its best kernel and its summary.
 
     `all_stages` also searches explicit stage counts; by default the CUTLASS builder picks them.
+    `split_k` also searches split-K, where the layer's output tiles leave SMs idle.
     `prune` lets TPE skip the configs the cost model rates hopeless.
     """
     ws = workspace or Workspace()
@@ -84,7 +85,8 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
         result = search(layer, evaluator=ev, storage=store, study_name=name, trials=trials, timeout_s=timeout_s,
                         batch=batch or (nvcc_jobs and BATCH_PER_JOB * nvcc_jobs), sampler=sampler,
                         seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
-                        space=Space(layer, stages=STAGES) if all_stages else None, prune=prune,
+                        space=Space(layer, stages=STAGES if all_stages else DEFAULT_STAGES,
+                                    split_k=(False, True) if split_k else (False,)), prune=prune,
                         artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
         if result.best is not None and not ws.best_dir(name).exists():
             on_best(result.best, None)  # a resumed study whose best was found by an earlier run

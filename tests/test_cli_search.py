@@ -51,7 +51,7 @@ def test_search_run_again_resumes_with_nothing_new(tmp_path, private_dirs):
 
 
 def test_the_default_space_leaves_stages_to_the_builder_and_all_stages_searches_them(private_dirs):
-    """Each study's trials record the stage choices they were sampled from."""
+    """Each study's trials record the stage and split-K choices they were sampled from."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -59,14 +59,16 @@ def test_the_default_space_leaves_stages_to_the_builder_and_all_stages_searches_
     from cutsearch.space import STAGES
 
     studies = private_dirs[0]
-    for flags, study in (([], "builder"), (["--all-stages"], "explicit")):
+    for flags, study in (([], "builder"), (["--all-stages"], "explicit"), (["--split-k"], "split")):
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         run = subprocess.run(COMMAND + ["--study", study, *flags], env={**os.environ, "PYTHONPATH": path},
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
     choices = {}
-    for study in ("builder", "explicit"):
+    for study in ("builder", "explicit", "split"):
         storage = JournalStorage(JournalFileBackend(str(studies / study / "journal.log")))
         trials = optuna.load_study(study_name=study, storage=storage).get_trials()
-        choices[study] = {tuple(t.distributions["stages"].choices) for t in trials if "stages" in t.distributions}
-    assert choices == {"builder": {(0,)}, "explicit": {STAGES}}
+        choices[study] = {(tuple(t.distributions["stages"].choices), tuple(t.distributions["split_k"].choices))
+                          for t in trials if "stages" in t.distributions}
+    assert choices == {"builder": {((0,), (False,))}, "explicit": {(STAGES, (False,))},
+                       "split": {((0,), (False, True))}}

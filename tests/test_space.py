@@ -122,10 +122,12 @@ def test_nosmem_epilogue_pads_k_alone_and_stores_y_rows_as_they_are():
 DECODE = Layer(m=16, n=4096, k=4096, bias=True)
 
 
-def test_split_k_is_searched_only_where_the_output_tiles_leave_sms_idle():
-    assert Space(DECODE).dimensions()["split_k"] == (False, True)
-    assert Space(ALIGNED).dimensions()["split_k"] == (False,)  # 4096 x 4096: 1024 128x128 tiles
-    assert Space(ODD).dimensions()["split_k"] == (False,)  # unaligned: the slices need 16-byte rows
+def test_split_k_is_searched_on_request_only_where_the_output_tiles_leave_sms_idle():
+    assert Space(DECODE).dimensions()["split_k"] == (False,)  # opt-in: it did not win on the H200
+    both = (False, True)
+    assert Space(DECODE, split_k=both).dimensions()["split_k"] == both
+    assert Space(ALIGNED, split_k=both).dimensions()["split_k"] == (False,)  # 4096 x 4096: 1024 128x128 tiles
+    assert Space(ODD, split_k=both).dimensions()["split_k"] == (False,)  # the slices need 16-byte rows
     split = cfg(tile_m=64, tile_n=16, kernel_schedule="pingpong", swap_ab=True, split_k=True)
     assert invalid_reason(DECODE, split) is None
     assert split.key.endswith("_swap_splitk") and Config.from_dict(split.to_dict()) == split

@@ -411,3 +411,24 @@ def test_without_pruning_tpe_may_build_the_hopeless_tail(tmp_path):
     evaluator = replay(path, layer)
     run(tmp_path, layer, evaluator, Space(layer), trials=64, batch=32, sampler="tpe", prune=False)
     assert set(evaluator.asked) & model.hopeless(layer, list(Space(layer)))
+
+
+SPLIT_RECORDING = ROOT / "studies" / "recorded" / "h200-2026-11-30-split-k" / "model-top24-decode-f16.json"
+
+
+def test_a_split_k_search_replays_its_recorded_h200_study(tmp_path):
+    """The decode study run with split-K in the space (recorded on an H200): every config it
+    measured, asked again through the search, comes back with its recorded time and knobs."""
+    layer = Layer(m=16, n=4096, k=4096, bias=True)
+    recorded = recording(SPLIT_RECORDING)
+    space = Space(layer, split_k=(False, True))
+    assert all(invalid_reason(layer, Config.from_dict(e["config"])) is None for e in recorded.values())
+    result, trials = run(tmp_path, layer, replay(SPLIT_RECORDING, layer), space, trials=len(recorded),
+                         sampler="model", batch=len(recorded))
+    told = {t.user_attrs["config"]: t for t in counted(trials)}
+    assert set(told) == set(recorded) and sum(k.endswith("_splitk") for k in told) == 22
+    for key, trial in told.items():
+        assert trial.value == recorded[key]["measurement"]["timing"]["median_us"]
+    best = min(recorded.values(), key=lambda e: e["measurement"]["timing"]["median_us"])
+    assert result.best.config == Config.from_dict(best["config"]) and result.best.config.split_k
+    assert result.best.evaluation["measurement"]["knobs"]["splits"] == 2

@@ -72,3 +72,12 @@ def test_the_default_space_leaves_stages_to_the_builder_and_all_stages_searches_
                           for t in trials if "stages" in t.distributions}
     assert choices == {"builder": {((0,), (False,))}, "explicit": {(STAGES, (False,))},
                        "split": {((0,), (False, True))}}
+
+
+def test_split_k_on_a_layer_it_cannot_help_says_so(tmp_path, private_dirs):
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "cutsearch", "search", "--m", "4096", "--n", "4096", "--k", "4096",
+               "--evaluator", "model", "--trials", "2", "--study", "big", "--split-k"]
+    run = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "--split-k: not searched for this layer" in run.stderr

@@ -14,8 +14,11 @@ from cutsearch.problem import BYTES, Layer, alignment, pad_to
 
 TILE_M = (64, 128, 256)
 TILE_N = (16, 32, 64, 128, 256)
-TILE_K = (32, 64, 128)
-CLUSTERS = ((1, 1), (2, 1), (1, 2))
+TILE_K = (32, 64, 128, 256)
+CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))
+# What the default space searches; `Space(layer, tile_k=TILE_K, clusters=CLUSTERS)` searches all.
+DEFAULT_TILE_K = (32, 64, 128)
+DEFAULT_CLUSTERS = ((1, 1), (2, 1), (1, 2))
 KERNEL_SCHEDULES = ("auto", "pingpong", "cooperative")
 EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem")
 TILE_SCHEDULERS = ("persistent", "streamk")
@@ -245,8 +248,8 @@ class Space:
     layer: Layer
     tile_m: tuple[int, ...] = TILE_M
     tile_n: tuple[int, ...] = TILE_N
-    tile_k: tuple[int, ...] = TILE_K
-    clusters: tuple[tuple[int, int], ...] = CLUSTERS
+    tile_k: tuple[int, ...] = DEFAULT_TILE_K
+    clusters: tuple[tuple[int, int], ...] = DEFAULT_CLUSTERS
     schedules: tuple[str, ...] = SCHEDULES
     stages: tuple[int, ...] = DEFAULT_STAGES
     swap_ab: tuple[bool, ...] = (False, True)

@@ -50,7 +50,7 @@ def cfg(**kw) -> Config:
     (ALIGNED, cfg(kernel_schedule="pingpong", epilogue_schedule="auto"), "must both be auto or both explicit"),
     (ALIGNED, cfg(kernel_schedule="auto", epilogue_schedule="tma"), "must both be auto or both explicit"),
     (ALIGNED, cfg(tile_m=96), "CTA tile 96x128x64 is outside the space"),
-    (ALIGNED, cfg(cluster_m=2, cluster_n=2), "cluster 2x2 is outside the space"),
+    (ALIGNED, cfg(cluster_m=2, cluster_n=4), "cluster 2x4 is outside the space"),
     (ALIGNED, cfg(tile_scheduler="splitk"), "unknown tile scheduler 'splitk'"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_invalid_reason_names_the_broken_rule(layer, config, reason):

@@ -4,14 +4,15 @@
 #   h200x2-exhaustive.sh tests                  the GPU tests
 #   h200x2-exhaustive.sh record LAYER...        every config of each layer's default space, in
 #                                               the model's order, then its recording (TRIALS=n:
-#                                               only the model's first n)
+#                                               only the model's first n; SPLIT_K=1: the space
+#                                               with split-K, as `--split-k` searches it)
 #   h200x2-exhaustive.sh default LAYER...       `cutsearch search` with its default budget from an
 #                                               empty compile cache, timed on the wall clock
 #   h200x2-exhaustive.sh exported LAYER         export that default search's winner, and run the
 #                                               loader and profile GPU tests on the export
 # GPU (default 0) and CPUS (default all) say where each runs, so that two can share the host:
 # one GPU each, and 16 CPUs for `default`, as on the one-H200 host.
-# LAYER is decode, asr_out or unaligned: the f16 layers of studies/suite.toml.
+# LAYER is decode, asr_out, unaligned or small_batch: f16 layers of studies/suite.toml.
 set -u
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=${GPU:-0}
 CPUS=${CPUS:-0-$(($(nproc) - 1))}
@@ -22,6 +23,7 @@ layer_args() {
     decode) echo "--m 16 --n 4096 --k 4096 --bias" ;;
     asr_out) echo "--m 4096 --n 5000 --k 1024 --bias" ;;
     unaligned) echo "--m 3000 --n 1001 --k 999 --bias" ;;
+    small_batch) echo "--m 256 --n 1024 --k 1024 --bias" ;;
     *) echo "unknown layer $1" >&2; exit 2 ;;
   esac
 }
@@ -46,9 +48,11 @@ case "$what" in
       size=$(space_size "$m" "$n" "$k")
       study="exhaustive-$layer-f16"
       if [ -n "${TRIALS:-}" ]; then size=$TRIALS; study="model-top$TRIALS-$layer-f16"; fi
+      split=""
+      if [ -n "${SPLIT_K:-}" ]; then split="--split-k"; study="$study-split-k"; fi
       # Eight trials per CPU at once: units of 8 kernels, the compiler's best throughput. The
       # model's order puts the likely winners first, so a run cut short holds the top of the space.
-      taskset -c "$CPUS" python3 -m cutsearch search $(layer_args "$layer") --study "$study" \
+      taskset -c "$CPUS" python3 -m cutsearch search $(layer_args "$layer") $split --study "$study" \
         --studies-dir /tmp/ex --sampler model --trials "$size" --batch $((8 * $(taskset -c "$CPUS" nproc))) \
         --timeout "${TIMEOUT:-290}s" > "$OUT/$study.log" 2>&1
       python3 -m cutsearch record "$study" --studies-dir /tmp/ex --out "$OUT/$study.json" >> "$OUT/$study.log" 2>&1

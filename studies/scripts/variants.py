@@ -1,5 +1,5 @@
 """Measures the best recorded configs of a layer again, beside their variants with choices the
-default space leaves out (256-deep k-tiles, clusters of four), in one run on one GPU.
+default space leaves out (256-deep k-tiles, clusters of four, split-K), in one run on one GPU.
 
     python studies/scripts/variants.py RECORDING.json OUT.json [--top 4] [--jobs 16]
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from cutsearch.evaluator import Evaluation, GpuEvaluator, save_recording
 from cutsearch.outcome import Measurement
 from cutsearch.problem import Layer
-from cutsearch.space import CLUSTERS, TILE_K, Config, invalid_reason
+from cutsearch.space import CLUSTERS, TILE_K, Config, invalid_reason, split_k_helps
 
 
 def variants(layer: Layer, base: Config) -> list[Config]:
@@ -29,6 +29,9 @@ def variants(layer: Layer, base: Config) -> list[Config]:
             c = dataclasses.replace(base, tile_k=tile_k, cluster_m=cm, cluster_n=cn)
             if c != base and invalid_reason(layer, c) is None:
                 out.append(c)
+    split = dataclasses.replace(base, split_k=True)
+    if split_k_helps(layer) and invalid_reason(layer, split) is None:
+        out.append(split)  # its slice counts are run-time knobs, all measured
     return out
 
 

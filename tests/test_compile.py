@@ -304,3 +304,23 @@ def test_the_gemm_and_the_copies_are_built_for_overlapped_launches(tmp_path):
     assert len(gemm) == 1 and len(copies) == 2  # 32- and 64-bit indexing
     for body in gemm + copies:
         assert "griddepcontrol.wait" in body and "griddepcontrol.launch_dependents" in body
+
+
+@pytest.mark.nvcc
+def test_the_choices_outside_the_default_space_build(tmp_path):
+    """256-deep k-tiles and clusters of four are searchable (`Space(layer, tile_k=TILE_K,
+    clusters=CLUSTERS)`) and measured on the H200, so they must build."""
+    layer = Layer(m=256, n=1024, k=1024, bias=True)
+    pingpong = dict(tile_m=64, tile_n=32, kernel_schedule="pingpong", epilogue_schedule="tma", swap_ab=True)
+    configs = [Config(**pingpong, tile_k=256), Config(**pingpong, tile_k=128, cluster_m=4),
+               Config(**pingpong, tile_k=128, cluster_m=2, cluster_n=2)]
+    for c in configs:
+        assert invalid_reason(layer, c) is None, c.key
+    compiler = Compiler(Cache(tmp_path / "cache"), Toolchain.find(cutlass_version()), jobs=3)
+    results = dict(compiler.compile_many((c, render(layer, c)) for c in configs))
+    for config, built in results.items():
+        assert isinstance(built, CompiledKernel), (config.key, built)
+        assert not built.ptxas.defect, (config.key, built.ptxas)
+    # The cluster shape reaches the kernel: CUTLASS's ClusterShape type names it.
+    assert "Shape<cute::_4,cute::_1,cute::_1>" in render(layer, configs[1]).code.replace(" ", "")
+    assert "Shape<cute::_2,cute::_2,cute::_1>" in render(layer, configs[2]).code.replace(" ", "")

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from cutsearch.problem import Layer
-from cutsearch.space import (SCHEDULES, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
+from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, TILE_K, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
                              smem_bytes)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
@@ -301,3 +301,16 @@ def test_knobs_serialise_every_field():
     assert Knobs(raster=2, swizzle=4, splits=3, decomposition=2, reduction=1, pdl=1).to_dict() == {
         "raster": 2, "swizzle": 4, "splits": 3, "decomposition": 2, "reduction": 1, "pdl": 1}
     assert "pdl" not in Knobs().to_dict() and Knobs(**Knobs().to_dict()) == Knobs()
+
+
+def test_default_space_leaves_out_deep_k_tiles_and_clusters_of_four_which_stay_searchable():
+    """Measured on the H200 (studies/recorded/h200x2-2026-11-30-variants/): neither won, so the
+    default space leaves them out; a space that names them searches them."""
+    layer = Layer(m=256, n=1024, k=1024, bias=True)
+    dims = Space(layer).dimensions()
+    assert dims["tile_k"] == DEFAULT_TILE_K == (32, 64, 128)
+    assert dims["cluster"] == ("1x1", "2x1", "1x2")
+    wide = {(c.tile_k, c.cluster_m, c.cluster_n) for c in Space(layer, tile_k=TILE_K, clusters=CLUSTERS)}
+    assert {256} <= {k for k, _, _ in wide} and {(2, 2), (4, 1), (1, 4)} <= {(m, n) for _, m, n in wide}
+    assert set(DEFAULT_CLUSTERS) < set(CLUSTERS)
+    assert not any(c.tile_k == 256 or c.cluster_m * c.cluster_n == 4 for c in Space(layer))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import tempfile
 from pathlib import Path
@@ -52,9 +53,11 @@ def main() -> None:
     ev = GpuEvaluator(cache_dir=Path(tempfile.mkdtemp()), jobs=args.jobs)
     try:
         results = list(ev.evaluate(layer, configs))
+        gpu = ev.device().name
     finally:
         ev.close()
-    save_recording(args.out, layer, results, study=f"variants-{layer.slug}",
+    save_recording(args.out, layer, results, study=f"variants-{layer.slug}", gpu=gpu,
+                   date=datetime.date.today().isoformat(),
                    command=f"python studies/scripts/variants.py {args.recording} OUT --top {args.top}",
                    bases=[b.key for b in bases])
     for r in sorted(results, key=lambda r: r.outcome.median_us if isinstance(r.outcome, Measurement) else 1e9):

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# On a two-H200 host (32 CPUs): a default `cutsearch search` of each layer of studies/unseen.toml
-# (two per GPU, 16 CPUs each, LIMIT seconds each, default 140), then the export of its winner
-# used as an application would (studies/scripts/use_export.py). Everything lands in
-# $OUT/unseen.tgz ($OUT keeps at most 8 files).
+# On a two-H200 host (32 CPUs): a default `cutsearch search` of each layer of a TOML file
+# (default studies/unseen.toml; layers alternate between the GPUs, 16 CPUs each, LIMIT seconds
+# each, default 140), then the export of its winner used as an application would
+# (studies/scripts/use_export.py). Everything lands in $OUT/unseen.tgz ($OUT keeps at most 8 files).
+#   h200x2-unseen.sh [LAYERS.toml]
 set -u
 here=$(dirname "$0")
+toml=${1:-studies/unseen.toml}
 bash "$here/h200x2-exhaustive.sh" setup || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 dir=/tmp/unseen
@@ -13,7 +15,8 @@ mkdir -p "$dir"
 run() {  # GPU CPUS NAME SEARCH-ARGS...
   local gpu=$1 cpus=$2 name=$3; shift 3
   local start; start=$(date +%s)
-  CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 -m cutsearch search "$@" --study "$name" \
+  # shellcheck disable=SC2068
+  CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 -m cutsearch search $@ --study "$name" \
     --studies-dir "$dir" --timeout "${LIMIT:-140}s" > "$dir/$name.log" 2>&1
   echo "{\"layer\": \"$name\", \"args\": \"$*\", \"cpus\": \"$cpus\", \"wall_s\": $(($(date +%s) - start))}" \
     > "$dir/$name.wall.json"
@@ -21,12 +24,26 @@ run() {  # GPU CPUS NAME SEARCH-ARGS...
   python3 -m cutsearch export "$name" --studies-dir "$dir" --out "$dir/export-$name" >> "$dir/$name.log" 2>&1
   CUDA_VISIBLE_DEVICES=$gpu python3 "$here/use_export.py" "$dir/export-$name" --out "$dir/$name.use.json" \
     >> "$dir/$name.log" 2>&1
-  echo "== $name"; grep -v "━" "$dir/$name.log" | tail -24
+  echo "== $name"; grep -v "━" "$dir/$name.log" | grep -E "│|speedup_import|rel_error|Error|error" | tail -16
 }
 
-(run 0 0-15 odd_k_gelu --m 77 --n 3000 --k 517 --dtype bf16 --bias --activation gelu
- run 0 0-15 gemv_up --m 1 --n 11008 --k 4096 --dtype f16 --no-bias) &
-(run 1 16-31 odd_n_relu --m 4000 --n 333 --k 2048 --dtype f16 --bias --activation relu
- run 1 16-31 vocab --m 8 --n 50257 --k 768 --dtype bf16 --no-bias) &
+# NAME|SEARCH-ARGS per layer, from the file.
+mapfile -t layers < <(python3 - "$toml" <<'PY'
+import sys
+from pathlib import Path
+from cutsearch.problem import load_layers
+for name, l in load_layers(Path(sys.argv[1])).items():
+    print(f"{name}|--m {l.m} --n {l.n} --k {l.k} --dtype {l.dtype} {'--bias' if l.bias else '--no-bias'} "
+          f"--activation {l.activation}")
+PY
+)
+for gpu in 0 1; do
+  (
+    cpus=$([ "$gpu" = 0 ] && echo 0-15 || echo 16-31)
+    for i in "${!layers[@]}"; do
+      if [ $((i % 2)) = "$gpu" ]; then run "$gpu" "$cpus" "${layers[$i]%%|*}" "${layers[$i]#*|}"; fi
+    done
+  ) &
+done
 wait
 tar czf "$OUT/unseen.tgz" -C "$dir" --exclude='export-*' .

@@ -31,7 +31,7 @@ class KernelSource:
     operation_name: str
     code: str  # one translation unit: kernel + C-ABI launcher
     cutlass_version: str
-    libraries: tuple[str, ...] = ()  # extra libraries to link, e.g. ("cublas",)
+    libraries: tuple[str, ...] = ()  # extra libraries to link, e.g. ("cublasLt",)
 
     @property
     def parts(self) -> tuple[str, str] | None:
@@ -243,7 +243,7 @@ def render_fallback(layer: Layer) -> KernelSource:
     code = render_template("cublas_fallback.cu", is_bf16=int(layer.dtype == "bf16"), has_bias=int(layer.bias), act=act,
                            transposed=int(layer.output == "transposed"))
     return KernelSource(operation_name="cublas_fallback", code=code, cutlass_version=cutlass_version(),
-                        libraries=("cublas",))
+                        libraries=("cublasLt",))
 
 
 def copy_kernels() -> str:

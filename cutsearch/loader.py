@@ -228,13 +228,18 @@ class _TorchOps:
 
     def linear(self, x, w, b, activation, out):
         F = self.torch.nn.functional
-        y = F.linear(x, w, b)
+        if out is None:
+            y = F.linear(x, w, b)
+            return getattr(F, activation)(y) if activation != "none" else y
+        # Straight into the caller's buffer, with F.linear's own GEMM (addmm fuses the bias), and
+        # the activation in place: a copy afterwards cost a launch and a pass over y.
+        if b is not None:
+            self.torch.addmm(b, x, w.t(), out=out)
+        else:
+            self.torch.mm(x, w.t(), out=out)
         if activation != "none":
-            y = getattr(F, activation)(y)
-        if out is not None:
-            out.copy_(y)
-            return out
-        return y
+            getattr(self.torch.ops.aten, activation + "_")(out)
+        return out
 
 
 class _CupyOps:

@@ -1,9 +1,12 @@
 // cutsearch's cuBLAS fallback: the same C ABI as an exported kernel, for layers where the
 // search found nothing faster than cuBLAS. y[M,N] = act(x[M,K] @ W[N,K]^T (+ b[N])).
+// It calls cuBLASLt with the bias fused into the GEMM's epilogue, as F.linear does: a GEMM
+// followed by its own bias pass reads and writes y twice, and lost to F.linear on the H200.
+#include <cstdint>
 #include <cstdio>
 #include <new>
 
-#include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,32 +24,84 @@ using T = __half;
 static constexpr cudaDataType_t kType = CUDA_R_16F;
 #endif
 
+// cuBLASLt's epilogue adds a bias along D's rows: y's columns, so not for y^T. It fuses ReLU
+// too; GELU (erf) and SiLU run in a second kernel, as they do after F.linear.
+static constexpr bool kFusedBias = CS_HAS_BIAS && !CS_OUT_T;
+static constexpr bool kFusedRelu = CS_ACT == 1 && !CS_OUT_T;
+static constexpr bool kPostBias = CS_HAS_BIAS && !kFusedBias;
+static constexpr bool kPostAct = CS_ACT != 0 && !kFusedRelu;
+static constexpr size_t kLtWorkspace = size_t(32) << 20;  // what torch gives cuBLASLt on Hopper
+
 struct cs_layer {
   int m, n, k, x_ld, y_ld;
-  cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  unsigned aligned = 0;  // the pointers' alignment the algorithm was chosen for; 0: none chosen
   const void *x = nullptr, *w = nullptr, *bias = nullptr;
   void* y = nullptr;
+  void* ws = nullptr;
   char error[256] = {0};
 };
 
-// y is rows x cols with row pitch ld; the bias runs along y's N, which is y^T's rows.
 __global__ void bias_act(T* y, const T* b, long long rows, long long cols, long long ld) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   long long r = i / cols, c = i - r * cols;
   T* p = y + r * ld + c;
   float v = float(*p);
-#if CS_HAS_BIAS
-  v += float(b[CS_OUT_T ? r : c]);
-#endif
+  if (kPostBias) v += float(b[CS_OUT_T ? r : c]);
+  if (kPostAct) {
 #if CS_ACT == 1
-  v = v > 0.f ? v : 0.f;
+    v = v > 0.f ? v : 0.f;
 #elif CS_ACT == 2
-  v = 0.5f * v * (1.f + erff(v * 0.70710678f));
+    v = 0.5f * v * (1.f + erff(v * 0.70710678f));
 #elif CS_ACT == 3
-  v = v / (1.f + __expf(-v));
+    v = v / (1.f + __expf(-v));
 #endif
+  }
   *p = T(v);
+}
+
+static int lt_fail(cs_layer* h, const char* what, cublasStatus_t st) {
+  std::snprintf(h->error, sizeof(h->error), "%s failed: cuBLAS status %d", what, int(st));
+  return 1;
+}
+
+static unsigned alignment_of(const void* p) {
+  unsigned a = 256;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a) a /= 2;
+  return a;
+}
+
+// The fastest algorithm cuBLASLt's heuristic knows for the bound pointers' alignment.
+static int choose_algo(cs_layer* h) {
+  unsigned ax = alignment_of(h->x), aw = alignment_of(h->w), ay = alignment_of(h->y);
+  unsigned key = ax | aw << 9 | ay << 18;
+  if (key == h->aligned) return 0;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasStatus_t st = cublasLtMatmulPreferenceCreate(&pref);
+  if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(h, "cublasLtMatmulPreferenceCreate", st);
+  uint32_t a32 = aw, b32 = ax, d32 = ay;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kLtWorkspace,
+                                       sizeof(kLtWorkspace));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32, sizeof(a32));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32, sizeof(b32));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d32, sizeof(d32));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof(d32));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  st = cublasLtMatmulAlgoGetHeuristic(h->lt, h->op, h->a, h->b, h->d, h->d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(h, "cublasLtMatmulAlgoGetHeuristic", st);
+  if (!found) {
+    std::snprintf(h->error, sizeof(h->error), "cuBLASLt has no algorithm for this layer");
+    return 1;
+  }
+  h->algo = result.algo;
+  h->aligned = key;
+  return 0;
 }
 
 extern "C" {
@@ -54,7 +109,9 @@ extern "C" {
 int cs_abi_version(void) { return 3; }
 const char* cs_kernel_name(void) { return "cublas_fallback"; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
-size_t cs_workspace_size(const cs_layer*) { return 0; }
+size_t cs_workspace_size(const cs_layer*) { return kLtWorkspace; }
+
+void cs_destroy(cs_layer* h);
 
 int cs_create(cs_layer** out, int m, int n, int k, int, int, int device, int, int, int, int, int, int io) {
   *out = nullptr;
@@ -62,43 +119,57 @@ int cs_create(cs_layer** out, int m, int n, int k, int, int, int device, int, in
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return 1;
   h->m = m; h->n = n; h->k = k;
-  // Padded rows have a 16-byte pitch (io flags 1: x, 2: y); y^T's pitch is M.
   h->x_ld = io & 1 ? (k + 7) / 8 * 8 : k;
   h->y_ld = CS_OUT_T ? m : io & 2 ? (n + 7) / 8 * 8 : n;
-  if (cublasCreate(&h->blas) != CUBLAS_STATUS_SUCCESS) { delete h; return 1; }
+  // Column-major, as cuBLASLt sees it. y: D = W^T' x^T, N x M with y's pitch; y^T: D = x W^T... as
+  // M x N with pitch M. A is the transposed operand, K-major either way.
+  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+  const int rows = CS_OUT_T ? m : n, cols = CS_OUT_T ? n : m;
+  const int lda = CS_OUT_T ? h->x_ld : k, ldb = CS_OUT_T ? k : h->x_ld;
+  cublasLtEpilogue_t epilogue = kFusedBias ? (kFusedRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                           : (kFusedRelu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+  bool ok = cublasLtCreate(&h->lt) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescCreate(&h->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(h->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(h->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(h->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)) ==
+                CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&h->a, kType, k, rows, lda) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&h->b, kType, k, cols, ldb) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&h->d, kType, rows, cols, h->y_ld) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) { cs_destroy(h); return 1; }
   *out = h;
   return 0;
 }
 
-int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void*) {
+int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
-  h->x = x; h->w = w; h->bias = bias; h->y = y;
-  return 0;
+  h->x = x; h->w = w; h->bias = bias; h->y = y; h->ws = workspace;
+  if (kFusedBias) {
+    cublasStatus_t st = cublasLtMatmulDescSetAttribute(h->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &h->bias,
+                                                       sizeof(h->bias));
+    if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(h, "setting the bias pointer", st);
+  }
+  return choose_algo(h);
 }
 
 int cs_run(cs_layer* h, void* stream) {
   if (!h) return 1;
-  cublasSetStream(h->blas, static_cast<cudaStream_t>(stream));
-  const float one = 1.f, zero = 0.f;
-#if CS_OUT_T
-  // Row-major y^T is column-major y = x W^T: x as op T (ld x_ld), W as op N (ld k).
-  cublasStatus_t st = cublasGemmEx(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, h->m, h->n, h->k, &one,
-                                   h->x, kType, h->x_ld, h->w, kType, h->k, &zero, h->y, kType, h->y_ld,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-#else
-  // Row-major y = x W^T is column-major y^T = W x^T: W as op T (ld k), x as op N (ld x_ld).
-  cublasStatus_t st = cublasGemmEx(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, h->n, h->m, h->k, &one,
-                                   h->w, kType, h->k, h->x, kType, h->x_ld, &zero, h->y, kType, h->y_ld,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-#endif
-  if (st != CUBLAS_STATUS_SUCCESS) {
-    std::snprintf(h->error, sizeof(h->error), "cublasGemmEx failed: %d", int(st));
+  if (!h->aligned) {
+    std::snprintf(h->error, sizeof(h->error), "cs_bind was not called");
     return 1;
   }
-  if (CS_HAS_BIAS || CS_ACT) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const float one = 1.f, zero = 0.f;
+  const void* a = CS_OUT_T ? h->x : h->w;
+  const void* b = CS_OUT_T ? h->w : h->x;
+  cublasStatus_t st = cublasLtMatmul(h->lt, h->op, &one, a, h->a, b, h->b, &zero, h->y, h->d, h->y, h->d,
+                                     &h->algo, h->ws, kLtWorkspace, s);
+  if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(h, "cublasLtMatmul", st);
+  if (kPostBias || kPostAct) {
     long long rows = CS_OUT_T ? h->n : h->m, cols = CS_OUT_T ? h->m : h->n;
-    bias_act<<<unsigned((rows * cols + 255) / 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<T*>(h->y), static_cast<const T*>(h->bias), rows, cols, h->y_ld);
+    bias_act<<<unsigned((rows * cols + 255) / 256), 256, 0, s>>>(static_cast<T*>(h->y),
+                                                                 static_cast<const T*>(h->bias), rows, cols, h->y_ld);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
@@ -109,7 +180,12 @@ int cs_run(cs_layer* h, void* stream) {
 }
 
 void cs_destroy(cs_layer* h) {
-  if (h && h->blas) cublasDestroy(h->blas);
+  if (!h) return;
+  if (h->d) cublasLtMatrixLayoutDestroy(h->d);
+  if (h->b) cublasLtMatrixLayoutDestroy(h->b);
+  if (h->a) cublasLtMatrixLayoutDestroy(h->a);
+  if (h->op) cublasLtMatmulDescDestroy(h->op);
+  if (h->lt) cublasLtDestroy(h->lt);
   delete h;
 }
 

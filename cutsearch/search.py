@@ -166,7 +166,9 @@ def _adapt(layer: Layer, space: Space, config: Config) -> Config | None:
         config = dataclasses.replace(config, split_k=False)
     for candidate in (config, dataclasses.replace(config, kernel_schedule="pingpong", epilogue_schedule="tma"),
                       dataclasses.replace(config, kernel_schedule="cooperative", epilogue_schedule="tma")):
-        if invalid_reason(layer, candidate) is None:
+        params = Space.params_from_config(candidate)
+        # A prior from a wider space (a cluster of four, say) is no choice of this one.
+        if invalid_reason(layer, candidate) is None and all(params[d] in dims[d] for d in dims):
             return candidate
     return None
 

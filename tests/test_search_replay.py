@@ -432,3 +432,21 @@ def test_a_split_k_search_replays_its_recorded_h200_study(tmp_path):
     best = min(recorded.values(), key=lambda e: e["measurement"]["timing"]["median_us"])
     assert result.best.config == Config.from_dict(best["config"]) and result.best.config.split_k
     assert result.best.evaluation["measurement"]["knobs"]["splits"] == 2
+
+
+def test_a_new_study_starts_from_priors_only_where_they_are_choices_of_its_space():
+    """A winner from a wider space (a cluster of four, a 256-deep k-tile) cannot be enqueued
+    into the default space: Optuna would not know its value. Such a prior is skipped."""
+    from cutsearch.search import first_configs
+
+    layer = Layer(m=256, n=1024, k=1024, bias=True)
+    plain = Config(tile_m=64, tile_n=32, tile_k=128, kernel_schedule="pingpong", epilogue_schedule="tma",
+                   swap_ab=True)
+    wide = [Config(tile_m=64, tile_n=32, tile_k=128, cluster_m=4, kernel_schedule="pingpong",
+                   epilogue_schedule="tma", swap_ab=True),
+            Config(tile_m=64, tile_n=32, tile_k=256, kernel_schedule="pingpong", epilogue_schedule="tma")]
+    assert all(invalid_reason(layer, c) is None for c in wide)
+    top = first_configs(layer, Space(layer), 8, priors=(*wide, plain))
+    assert top[0] == plain and not set(wide) & set(top)
+    dims = Space(layer).dimensions()
+    assert all(Space.params_from_config(c)[d] in dims[d] for c in top for d in dims)

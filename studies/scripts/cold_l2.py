@@ -25,3 +25,16 @@ def timed(call, reps: int = 30, warmup: int = 3) -> dict:
     us = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
     q = statistics.quantiles(us, n=10)
     return {"median_us": statistics.median(us), "p20_us": q[1], "p80_us": q[7], "reps": reps}
+
+
+PROTOCOL = "cold L2 (256 MiB zeroed before each repetition), CUDA events, median of 30"
+
+
+def save(out, command: str, records: list) -> None:
+    """Write a study script's results: the GPU, torch, the command, the protocol and the records."""
+    import json
+    from pathlib import Path
+
+    data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "command": command,
+            "protocol": PROTOCOL, "records": records}
+    Path(out).write_text(json.dumps(data, indent=1))

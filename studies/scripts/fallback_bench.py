@@ -11,7 +11,6 @@ inputs, each checked against float64 first.
 from __future__ import annotations
 
 import ctypes
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from cutsearch.codegen import cutlass_version, render_fallback
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
 from cutsearch.loader import _TorchOps
 from cutsearch.problem import Layer
-from cold_l2 import timed as cold
+from cold_l2 import save, timed as cold
 
 LAYERS = {
     "tiny_silu": Layer(m=5, n=7, k=9, dtype="bf16", bias=True, activation="silu"),
@@ -80,11 +79,7 @@ def main(out: Path) -> None:
         record["vs_f_linear"] = {k: base / t["median_us"] for k, t in record["timings"].items()}
         records.append(record)
         print(name, {k: round(t["median_us"], 1) for k, t in record["timings"].items()}, flush=True)
-    data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "command": "python studies/scripts/fallback_bench.py OUT.json",
-            "protocol": "cold L2 (256 MiB zeroed before each repetition), CUDA events, median of 30",
-            "records": records}
-    out.write_text(json.dumps(data, indent=1))
+    save(out, "python studies/scripts/fallback_bench.py OUT.json", records)
 
 
 if __name__ == "__main__":

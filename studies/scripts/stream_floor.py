@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from cutsearch import codegen
 from cutsearch.cache import Cache
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
 from cutsearch.problem import load_layers
-from cold_l2 import timed as cold
+from cold_l2 import save, timed as cold
 
 HERE = Path(__file__).resolve().parent
 BLOCKS_PER_SM = (1, 2, 4, 8, 16)
@@ -94,11 +93,7 @@ def main(suite: Path, out: Path) -> None:
         print(f"{name}: cuBLAS {cublas['median_us']:.1f} µs, stream floor {best['timing']['median_us']:.1f} µs "
               f"({record['stream_floor_tb_per_s']:.2f} TB/s), empty kernel {empty['median_us']:.1f} µs, "
               f"at most {record['cublas_over_stream_floor']:.2f}x", flush=True)
-    data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "command": "python studies/scripts/stream_floor.py studies/suite.toml OUT.json",
-            "protocol": "cold L2 (256 MiB zeroed before each repetition), CUDA events, median of 30",
-            "records": records}
-    out.write_text(json.dumps(data, indent=1))
+    save(out, "python studies/scripts/stream_floor.py studies/suite.toml OUT.json", records)
 
 
 if __name__ == "__main__":

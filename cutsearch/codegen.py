@@ -15,7 +15,7 @@ import string
 from pathlib import Path
 
 from cutsearch.problem import Layer
-from cutsearch.space import Config, kernel_problem
+from cutsearch.space import SIMT_EPILOGUES, Config, kernel_problem
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 if not TEMPLATES.is_dir():  # installed as a wheel: the templates ship inside the package
@@ -136,6 +136,8 @@ _EPILOGUE_SCHEDULES = {
     ("cooperative", "tma"): "TmaWarpSpecializedCooperative",
     ("pingpong", "nosmem"): "NoSmemWarpSpecialized",
     ("cooperative", "nosmem"): "NoSmemWarpSpecialized",
+    # Emitted as nosmem, then given the staged epilogue (templates/epilogue.cuh).
+    ("cooperative", "staged"): "NoSmemWarpSpecialized",
 }
 _TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK"}
 _GDC_DEFINE = "#ifndef CUTLASS_ENABLE_GDC_FOR_SM90\n#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#endif"
@@ -171,10 +173,11 @@ def render(layer: Layer, config: Config) -> KernelSource:
                           element_accumulator=cc.DataType.f32,
                           layout_A=cc.LayoutType.RowMajor, layout_B=cc.LayoutType.ColumnMajor,
                           layout_C=layout_d, cc=90, kernel_cc=90)
-        # The nosmem epilogue has no visitor tree: D = acc + 1 * C, with C the bias broadcast
-        # by a zero stride (the launcher sets it), is its fused bias.
-        bias_as_c = layer.bias and config.epilogue_schedule == "nosmem"
-        fn = None if config.epilogue_schedule == "nosmem" or config.split_k else _epilogue_fn(layer)
+        # The nosmem and staged epilogues have no visitor tree: D = act(acc + 1 * C), with C the
+        # bias broadcast by a zero stride (the launcher sets it), is their fused bias.
+        simt_store = config.epilogue_schedule in SIMT_EPILOGUES
+        bias_as_c = layer.bias and simt_store
+        fn = None if simt_store or config.split_k else _epilogue_fn(layer)
         if fn is not None:
             from cutlass_cppgen.backend.evt.ir.tensor import Tensor
 
@@ -202,6 +205,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
         kernel = _cta_tile_descriptor(operation.rt_module.emit(), config)
         includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
         name = operation.procedural_name()
+        if config.epilogue_schedule == "staged":
+            kernel, name = _use_staged_epilogue(kernel, name, layer, config)
     except KeyError as exc:
         raise CodegenError(f"no such schedule in this CUTLASS: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the interface raises bare Exception for invalid configs
@@ -210,6 +215,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
     gdc = config.tile_scheduler != "streamk"
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
+                           staged_epilogue=staged_epilogue() if config.epilogue_schedule == "staged" else "",
                            swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
@@ -233,6 +239,20 @@ def _cta_tile_descriptor(kernel: str, config: Config) -> str:
     return patched
 
 
+def _use_staged_epilogue(kernel: str, name: str, layer: Layer, config: Config) -> tuple[str, str]:
+    """Swap the emitted nosmem epilogue for the staged one, which keeps its types and arguments."""
+    pattern = re.compile(r"using CollectiveEpilogue =(.*?NoSmemWarpSpecialized\s*>::CollectiveOp;)", re.S)
+    warps = 8  # the cooperative schedule's consumer warps, which store at once
+    staged = (r"using CollectiveEpilogueNoSmem =\1\n"
+              "using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<\n"
+              f"    cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, {ACTIVATIONS[layer.activation]}, {warps}>>;")
+    patched, count = pattern.subn(staged, kernel, count=1)
+    if count != 1:
+        raise CodegenError("unexpected nosmem epilogue in the emitted kernel")
+    staged_name = name.replace("epi_nosmem", "epi_staged") if "epi_nosmem" in name else name + "_staged"
+    return patched.replace(name, staged_name), staged_name
+
+
 # The activation ids of the rendered C++ (the split-K reduction and the cuBLAS fallback).
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}
 
@@ -252,6 +272,12 @@ def copy_kernels() -> str:
     copy = (TEMPLATES / "copy.cuh").read_text()
     reduce = (TEMPLATES / "reduce.cuh").read_text()
     return copy[copy.index("// Per-call layout copy"):] + "\n" + reduce[reduce.index("// Split-K reduction"):]
+
+
+def staged_epilogue() -> str:
+    """The staged epilogue (it needs CUTLASS's headers, which the copies do not)."""
+    text = (TEMPLATES / "epilogue.cuh").read_text()
+    return text[text.index("// Staged epilogue"):]
 
 
 def render_template(name: str, **values: object) -> str:

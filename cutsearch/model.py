@@ -87,6 +87,7 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     memory_s = dram / PEAK_BYTES_PER_S
     t = max(compute_s, memory_s) + reduce_s
     t_us = t * 1e6 + coeff.launch_us + waves * coeff.tile_fill_us
+    # The staged epilogue's stores are whole rows, priced as the TMA epilogue's (none extra).
     if config.epilogue_schedule == "nosmem":
         column_major_d = config.swap_ab != (layer.output == "transposed")
         rate = coeff.store_column_bytes_per_s if column_major_d else coeff.store_row_bytes_per_s

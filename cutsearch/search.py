@@ -129,13 +129,20 @@ def _hopeless(study: optuna.Study, layer: Layer, space: Space) -> set[str]:
 
 
 def _recorded_space(study: optuna.Study, space: Space) -> Space:
-    """A resumed study keeps the stage and split-K choices it was made with: Optuna refuses
-    changed choices."""
+    """A resumed study keeps the choices it was made with: Optuna refuses changed choices, and
+    a newer cutsearch may offer more (a new epilogue schedule, say)."""
+    fields = {"tile_m": "tile_m", "tile_n": "tile_n", "tile_k": "tile_k", "cluster": "clusters",
+              "schedule": "schedules", "stages": "stages", "split_k": "split_k"}
     kept: dict[str, tuple] = {}
     for trial in study.get_trials(deepcopy=False):
-        for name in ("stages", "split_k"):
-            if name in trial.distributions and name not in kept:
-                kept[name] = tuple(trial.distributions[name].choices)
+        for name, field in fields.items():
+            if name in trial.distributions and field not in kept:
+                choices = tuple(trial.distributions[name].choices)
+                if name == "cluster":
+                    choices = tuple(tuple(int(v) for v in str(c).split("x")) for c in choices)
+                kept[field] = choices
+        if len(kept) == len(fields):
+            break
     return dataclasses.replace(space, **kept)
 
 
@@ -274,7 +281,9 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
                     _tell(study, trial, ev)
                     heartbeat.release(trial)
                     new_trials += 1
-                    if isinstance(ev.outcome, Measurement) and (best is None or ev.outcome.median_us < best.median_us):
+                    # Equal medians (timings come in steps) go to the earlier trial, as in _best.
+                    if isinstance(ev.outcome, Measurement) and (
+                            best is None or (ev.outcome.median_us, trial.number) < (best.median_us, best.number)):
                         best = TrialRecord.from_trial(study._storage.get_trial(trial._trial_id))
                         _emit(events, "best", median_us=best.median_us, cublas_us=best.cublas_us,
                               config=best.config.key)
@@ -407,7 +416,8 @@ def _best(study: optuna.Study) -> TrialRecord | None:
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
         return None
-    return TrialRecord.from_trial(min(complete, key=lambda t: t.value))
+    # The fastest; of equally fast trials the earliest, whatever order they were told in.
+    return TrialRecord.from_trial(min(complete, key=lambda t: (t.value, t.number)))
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:

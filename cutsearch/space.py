@@ -20,15 +20,18 @@ CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))
 DEFAULT_TILE_K = (32, 64, 128)
 DEFAULT_CLUSTERS = ((1, 1), (2, 1), (1, 2))
 KERNEL_SCHEDULES = ("auto", "pingpong", "cooperative")
-EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem")
+EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem", "staged")
+# Epilogues that store y with ordinary stores, so rows of any pitch: "nosmem" from the
+# accumulators' layout, "staged" through shared memory, a row at a time (templates/epilogue.cuh).
+SIMT_EPILOGUES = ("nosmem", "staged")
 TILE_SCHEDULERS = ("persistent", "streamk")
 # Kernel schedule / epilogue schedule / tile scheduler: the combinations CUTLASS accepts on
 # SM90, searched as one dimension so that the sampler never proposes a mismatched pair.
 SCHEDULES = (
     "auto/auto/persistent",
     "pingpong/tma/persistent", "pingpong/nosmem/persistent",
-    "cooperative/tma/persistent", "cooperative/nosmem/persistent",
-    "cooperative/tma/streamk", "cooperative/nosmem/streamk",
+    "cooperative/tma/persistent", "cooperative/nosmem/persistent", "cooperative/staged/persistent",
+    "cooperative/tma/streamk", "cooperative/nosmem/streamk", "cooperative/staged/streamk",
 )
 STAGES = (0, 2, 3, 4, 5, 6, 7)  # 0: the CollectiveBuilder fits as many as shared memory allows
 # The default space leaves the stage count to the CollectiveBuilder. In 64 recorded H200 pairs
@@ -113,9 +116,9 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     # not extents: N is padded only where it is y's row pitch.
     pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
     transposed = layer.output == "transposed"
-    # The nosmem epilogue stores rows of any pitch: for it `pad` pads K alone, since padding N
-    # would only add y's copy.
-    pads_n = (config.pad and config.epilogue_schedule != "nosmem") or layer.output == "padded"
+    # The nosmem and staged epilogues store rows of any pitch: for them `pad` pads K alone,
+    # since padding N would only add y's copy.
+    pads_n = (config.pad and config.epilogue_schedule not in SIMT_EPILOGUES) or layer.output == "padded"
     pad_n = pad_to(layer.n, vec) if pads_n and not transposed else layer.n
     m, n = (pad_n, layer.m) if config.swap_ab else (layer.m, pad_n)
     # A and B are both K-major, so their alignment is K's; D's leading dimension is y's pitch.
@@ -126,7 +129,12 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
 def smem_bytes(config: Config, dtype: str, stages: int) -> int:
     e = BYTES[dtype]
     mainloop = stages * (config.tile_m + config.tile_n) * config.tile_k * e
-    epilogue = 0 if config.epilogue_schedule == "nosmem" else min(config.tile_m, 64) * min(config.tile_n, 128) * 4
+    if config.epilogue_schedule == "nosmem":
+        epilogue = 0
+    elif config.epilogue_schedule == "staged":  # 16 rows of 40 floats for each of 8 consumer warps
+        epilogue = 8 * 16 * 40 * 4
+    else:
+        epilogue = min(config.tile_m, 64) * min(config.tile_n, 128) * 4
     return mainloop + epilogue + 1024
 
 
@@ -167,20 +175,23 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
     vec = 16 // BYTES[layer.dtype]
     if kp.align_ab < vec:
         return f"K={kp.k} gives {kp.align_ab * BYTES[layer.dtype]}-byte rows; the TMA mainloop needs 16 (pad)"
-    if kp.align_d < vec and c.epilogue_schedule != "nosmem":
+    if kp.align_d < vec and c.epilogue_schedule not in SIMT_EPILOGUES:
         if layer.output == "transposed":
-            return f"M={layer.m} gives unaligned rows of y^T: only the nosmem epilogue stores them"
-        return f"N={kp.pad_n} gives unaligned output rows: only the nosmem epilogue stores them (or pad)"
+            return f"M={layer.m} gives unaligned rows of y^T: only the nosmem or staged epilogue stores them"
+        return f"N={kp.pad_n} gives unaligned output rows: only the nosmem or staged epilogue stores them (or pad)"
     if c.pad and kernel_problem(layer, dataclasses.replace(c, pad=False)) == kp:
         return "padding is a no-op for this layer"
     if c.kernel_schedule == "auto" and (layer.bias or layer.activation != "none"):
         return "the fused bias/activation (epilogue visitor tree) needs an explicit TMA epilogue schedule"
     if c.epilogue_schedule == "nosmem" and layer.activation != "none":
         return "the fused activation (epilogue visitor tree) needs the TMA epilogue"
-    if c.epilogue_schedule == "nosmem" and layer.bias and layer.output == "transposed":
-        return "the nosmem epilogue adds the bias as a source C broadcast along y's rows: not for y^T"
-    if c.epilogue_schedule == "nosmem" and kp.align_d == vec:
-        return "the nosmem epilogue only serves unaligned output rows; the TMA epilogue is faster"
+    if c.epilogue_schedule == "staged" and c.kernel_schedule != "cooperative":
+        # On the H200 every pingpong kernel with it that a search built spilled registers.
+        return "the staged epilogue needs the cooperative schedule (under pingpong it spills registers)"
+    if c.epilogue_schedule in SIMT_EPILOGUES and layer.bias and layer.output == "transposed":
+        return f"the {c.epilogue_schedule} epilogue adds the bias as a source C broadcast along y's rows: not for y^T"
+    if c.epilogue_schedule in SIMT_EPILOGUES and kp.align_d == vec:
+        return f"the {c.epilogue_schedule} epilogue only serves unaligned output rows; the TMA epilogue is faster"
     if c.split_k:
         reason = _split_k_invalid(layer, c, kp)
         if reason:

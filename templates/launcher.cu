@@ -34,6 +34,8 @@ ${includes}
 
 ${copy_kernels}
 
+${staged_epilogue}
+
 // ==== one kernel ====
 // Everything below belongs to one kernel, in a namespace named by its content, so that several
 // kernels can share one translation unit (their headers parsed once) and still compile to the

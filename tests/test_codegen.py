@@ -189,6 +189,29 @@ def test_nosmem_epilogue_adds_the_bias_as_its_source_c(swap_ab):
 
 
 @pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_staged_epilogue_replaces_the_nosmem_one_and_keeps_its_arguments(swap_ab, activation):
+    """The interface emits the nosmem epilogue; the staged one takes its place, keeps its types
+    (so the launcher binds the bias as a zero-stride C alike) and applies the activation."""
+    layer = Layer(m=3000, n=1001, k=999, bias=True, activation=activation)
+    config = coop(epilogue_schedule="staged", pad=True, swap_ab=swap_ab)
+    source = _render(layer, config)
+    text = kernel_part(source)
+    assert "using CollectiveEpilogueNoSmem =" in text and "NoSmemWarpSpecialized" in text
+    act = {"none": 0, "gelu": 2}[activation]
+    assert ("Sm90TmaWarpSpecializedAdapter<\n    cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, "
+            f"{act}, 8>>;") in text
+    layout = "ColumnMajor" if swap_ab else "RowMajor"
+    assert operands(epilogue(source)) == [("cutlass::half_t", f"cutlass::layout::{layout}", 1)] * 2  # y's own rows
+    assert "epi_staged" in source.operation_name and "nosmem" not in source.operation_name
+    assert source.code.count("class StagedEpilogue") == 1
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT"), macro(source, "CS_BIAS_AS_C")) == (0, 0, 1)
+    assert "Sm90EVT" not in source.code
+    # Kernels with another epilogue do not carry it.
+    assert "class StagedEpilogue" not in _render(layer, dataclasses.replace(config, epilogue_schedule="tma")).code
+
+
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
 def test_split_k_writes_fp32_partials_and_leaves_bias_and_activation_to_its_reduction(swap_ab):
     layer = Layer(m=16, n=4096, k=4096, dtype="bf16", bias=True, activation="gelu")
     source = _render(layer, coop(kernel_schedule="pingpong", tile_m=64, tile_n=16, swap_ab=swap_ab, split_k=True))

@@ -1,5 +1,5 @@
 """The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
-y stored by the nosmem epilogue, split-K with its reduction, and overlapped launches.
+y stored by the nosmem and staged epilogues, split-K with its reduction, and overlapped launches.
 
 Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
 the float64 reference: a candidate whose result were wrong in a layout would come back as a
@@ -26,6 +26,7 @@ CONFIG = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative",
 BIAS_ONLY = dataclasses.replace(BASE, activation="none")
 SMALL_M = Layer(m=16, n=1024, k=1024, dtype="bf16", bias=True, activation="silu")
 NOSMEM = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="nosmem", pad=True)
+STAGED = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="staged", pad=True)
 CASES = {
     "x-and-y-padded": (dataclasses.replace(BASE, input="padded", output="padded"), CONFIG),
     "y-transposed-swapped": (dataclasses.replace(BASE, output="transposed"), dataclasses.replace(CONFIG, pad=True, swap_ab=True)),
@@ -35,6 +36,14 @@ CASES = {
     "y-stored-unaligned-swapped": (BIAS_ONLY, dataclasses.replace(NOSMEM, swap_ab=True)),
     "y-stored-unaligned-stream-k": (BIAS_ONLY, dataclasses.replace(NOSMEM, kernel_schedule="cooperative",
                                                                     tile_scheduler="streamk")),
+    # The staged epilogue: y's unaligned rows through shared memory, with the activation; M = 1,
+    # N below the tile, several tiles a CTA (stream-K), fp16 and bf16.
+    "y-staged-silu": (BASE, STAGED),
+    "y-staged-swapped-gelu-f16": (dataclasses.replace(BASE, dtype="f16", activation="gelu"),
+                                  dataclasses.replace(STAGED, swap_ab=True)),
+    "y-staged-m1": (dataclasses.replace(BASE, m=1), dataclasses.replace(STAGED, tile_n=128)),
+    "y-staged-stream-k-narrow": (dataclasses.replace(BASE, m=999, n=13, activation="relu"),
+                                 dataclasses.replace(STAGED, tile_m=256, tile_scheduler="streamk")),
     # Copies x and y: the case for overlapped launches (programmatic dependent launch).
     "x-and-y-copied": (BIAS_ONLY, dataclasses.replace(CONFIG, pad=True)),
     # K sliced on the batch dimension; the reduction kernel adds bias and activation.

@@ -259,7 +259,7 @@ def test_valid_configs_have_consistent_kernel_problems(case):
     kp = kernel_problem(layer, c)
     vec = 16 // BYTES[layer.dtype]
     assert kp.align_ab == vec and kp.pad_k % kp.align_ab == 0  # the TMA mainloop's 16-byte rows
-    assert kp.pad_n % kp.align_d == 0 and (kp.align_d == vec or c.epilogue_schedule == "nosmem")
+    assert kp.pad_n % kp.align_d == 0 and (kp.align_d == vec or c.epilogue_schedule in ("nosmem", "staged"))
     assert kp.k == kp.pad_k and layer.k <= kp.pad_k < layer.k + vec and layer.n <= kp.pad_n < layer.n + vec
     if not c.pad:
         assert (kp.pad_k, kp.pad_n) == (layer.k, layer.n)

@@ -265,6 +265,55 @@ def test_a_study_made_with_explicit_stages_resumes_under_the_default_space(tmp_p
         assert result.trials == len(counted(before)) == goal
 
 
+def test_a_study_made_before_the_staged_epilogue_resumes_with_its_own_choices(tmp_path):
+    """A newer space offers more schedules (and tile depths, clusters): a study made with fewer
+    keeps those it was made with, since Optuna refuses a changed categorical."""
+    from cutsearch.evaluator import ModelEvaluator
+    from cutsearch.space import SCHEDULES
+
+    layer = Layer(m=512, n=1001, k=1024)
+    old = tuple(s for s in SCHEDULES if "staged" not in s)
+    narrow = dict(tile_m=(128,), tile_n=(64, 128), clusters=((1, 1), (2, 1)))
+    _, before = run(tmp_path, layer, ModelEvaluator(), Space(layer, schedules=old, tile_k=(64,), **narrow),
+                    trials=4, warm=0)
+    for sampler in ("tpe", "random"):
+        goal = len(counted(before)) + 2
+        result, before = run(tmp_path, layer, ModelEvaluator(), Space(layer, tile_k=(64, 128), **narrow),
+                             trials=goal, warm=0, sampler=sampler)
+        assert result.trials == len(counted(before)) == goal
+    assert all("staged" not in t.params["schedule"] and t.params["tile_k"] == 64 for t in before)
+
+
+def test_equally_fast_trials_make_the_earlier_one_best_whatever_order_they_finish_in(tmp_path):
+    """Timings come in steps, so two kernels can tie. The best persisted during the search (the
+    exported kernel) must be the one the study reports at its end."""
+    import dataclasses
+
+    from cutsearch.outcome import Measurement
+
+    inner = ReplayEvaluator.load(ASR_RECORDING, ASR)
+
+    class TiedAndReversed:
+        source = "recorded"
+
+        def evaluate(self, layer, configs, events=None):
+            for ev in reversed(list(inner.evaluate(layer, configs, events))):
+                if isinstance(ev.outcome, Measurement):
+                    tied = dataclasses.replace(ev.outcome.timing, median_us=50.0)
+                    ev = dataclasses.replace(ev, outcome=dataclasses.replace(ev.outcome, timing=tied))
+                yield ev
+
+        def close(self) -> None:
+            pass
+
+    persisted = []
+    result, trials = run(tmp_path, ASR, TiedAndReversed(), ASR_SPACE, trials=2, warm=0,
+                         on_best=lambda best, _study: persisted.append(best.number))
+    measured = sorted(t.number for t in trials if t.value is not None)
+    assert len(measured) == 2, "two measured trials, told in reverse order"
+    assert result.best.number == measured[0] == persisted[-1]
+
+
 def test_resuming_with_the_same_budget_evaluates_nothing(tmp_path):
     done, before = run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=2)
     evaluator = replay(ASR_RECORDING, ASR)

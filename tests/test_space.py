@@ -38,13 +38,18 @@ def cfg(**kw) -> Config:
     (ALIGNED, cfg(stages=7), "7 stages need 257 KiB of shared memory, over 227 KiB"),
     (ALIGNED, cfg(tile_n=256, tile_k=128, stages=3), "3 stages need 321 KiB of shared memory"),
     (UNALIGNED_K, cfg(), "K=999 gives 2-byte rows; the TMA mainloop needs 16 (pad)"),
-    (UNALIGNED_N, cfg(), "N=1001 gives unaligned output rows: only the nosmem epilogue stores them (or pad)"),
+    (UNALIGNED_N, cfg(), "N=1001 gives unaligned output rows: only the nosmem or staged epilogue stores them (or pad)"),
     (ALIGNED, cfg(epilogue_schedule="nosmem"), "the nosmem epilogue only serves unaligned output rows"),
+    (ALIGNED, cfg(epilogue_schedule="staged"), "the staged epilogue only serves unaligned output rows"),
+    (UNALIGNED_N, cfg(tile_m=64, kernel_schedule="pingpong", epilogue_schedule="staged"),
+     "the staged epilogue needs the cooperative schedule"),
     (dataclasses.replace(UNALIGNED_N, activation="relu"), cfg(epilogue_schedule="nosmem"),
      "fused activation (epilogue visitor tree) needs the TMA epilogue"),
     (dataclasses.replace(UNALIGNED_N, bias=True, activation="gelu"), cfg(epilogue_schedule="nosmem"),
      "needs the TMA epilogue"),
     (dataclasses.replace(UNALIGNED_N, m=1001, n=1024, bias=True, output="transposed"), cfg(epilogue_schedule="nosmem"),
+     "bias as a source C broadcast along y's rows: not for y^T"),
+    (dataclasses.replace(UNALIGNED_N, m=1001, n=1024, bias=True, output="transposed"), cfg(epilogue_schedule="staged"),
      "bias as a source C broadcast along y's rows: not for y^T"),
     (ALIGNED, cfg(pad=True), "padding is a no-op for this layer"),
     (ALIGNED, cfg(kernel_schedule="pingpong", epilogue_schedule="auto"), "must both be auto or both explicit"),
@@ -69,6 +74,8 @@ def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     (UNALIGNED_N, cfg(epilogue_schedule="nosmem")),
     (dataclasses.replace(UNALIGNED_N, bias=True), cfg(epilogue_schedule="nosmem")),  # the bias as C
     (dataclasses.replace(ODD, activation="none"), cfg(epilogue_schedule="nosmem", pad=True)),  # pads K alone
+    (dataclasses.replace(ODD, bias=True, activation="gelu"), cfg(epilogue_schedule="staged", pad=True)),  # and acts
+    (dataclasses.replace(UNALIGNED_N, m=1001, n=1024, output="transposed"), cfg(epilogue_schedule="staged")),
     (UNALIGNED_N, cfg(pad=True)),
     (ODD, cfg(pad=True, swap_ab=True)),
     (ALIGNED, Config(tile_m=128, tile_n=128, tile_k=64)),                 # both schedules auto
@@ -88,6 +95,18 @@ def test_explicit_stages_are_checked_against_shared_memory_auto_stages_are_not()
 def test_nosmem_epilogue_frees_the_shared_memory_of_the_tma_epilogue():
     tma, nosmem = cfg(), cfg(epilogue_schedule="nosmem")
     assert smem_bytes(tma, "f16", 4) - smem_bytes(nosmem, "f16", 4) == 64 * 128 * 4
+
+
+def test_staged_epilogue_takes_16_rows_of_40_floats_a_consumer_warp():
+    staged, nosmem = cfg(epilogue_schedule="staged"), cfg(epilogue_schedule="nosmem")
+    assert smem_bytes(staged, "f16", 4) - smem_bytes(nosmem, "f16", 4) == 8 * 16 * 40 * 4
+
+
+def test_staged_epilogue_pads_k_alone_like_nosmem():
+    layer = dataclasses.replace(ODD, bias=True)
+    for epilogue in ("nosmem", "staged"):
+        kp = kernel_problem(layer, cfg(pad=True, epilogue_schedule=epilogue))
+        assert (kp.pad_k, kp.pad_n, kp.align_d) == (1000, 1001, 1)
 
 
 # --- layer transforms -----------------------------------------------------------------------
@@ -271,7 +290,7 @@ def test_schedule_dimension_holds_only_pairs_cutlass_accepts():
         kernel, epilogue, scheduler = schedule.split("/")
         config = Config(tile_m=128, tile_n=128, tile_k=64, kernel_schedule=kernel, epilogue_schedule=epilogue,
                         tile_scheduler=scheduler)
-        reason = invalid_reason(UNALIGNED_N if epilogue == "nosmem" else ALIGNED, config)
+        reason = invalid_reason(UNALIGNED_N if epilogue in ("nosmem", "staged") else ALIGNED, config)
         assert reason is None, (schedule, reason)
 
 

@@ -3,6 +3,7 @@
 # (default studies/unseen.toml; layers alternate between the GPUs, 16 CPUs each, LIMIT seconds
 # each, default 140), then the export of its winner used as an application would
 # (studies/scripts/use_export.py). Everything lands in $OUT/unseen.tgz ($OUT keeps at most 8 files).
+# GPUS="1" runs every layer on GPU 1 alone (CPUs 16-31), leaving GPU 0 to other work.
 #   h200x2-unseen.sh [LAYERS.toml]
 set -u
 here=$(dirname "$0")
@@ -37,11 +38,13 @@ for name, l in load_layers(Path(sys.argv[1])).items():
           f"--activation {l.activation}")
 PY
 )
-for gpu in 0 1; do
+read -r -a gpus <<< "${GPUS:-0 1}"
+for slot in "${!gpus[@]}"; do
   (
+    gpu=${gpus[$slot]}
     cpus=$([ "$gpu" = 0 ] && echo 0-15 || echo 16-31)
     for i in "${!layers[@]}"; do
-      if [ $((i % 2)) = "$gpu" ]; then run "$gpu" "$cpus" "${layers[$i]%%|*}" "${layers[$i]#*|}"; fi
+      if [ $((i % ${#gpus[@]})) = "$slot" ]; then run "$gpu" "$cpus" "${layers[$i]%%|*}" "${layers[$i]#*|}"; fi
     done
   ) &
 done

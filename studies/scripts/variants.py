@@ -1,7 +1,9 @@
-"""Measures the best recorded configs of a layer again, beside their variants with choices the
-default space leaves out (256-deep k-tiles, clusters of four, split-K), in one run on one GPU.
+"""Measures the best recorded configs of a layer again, beside their variants, in one run on
+one GPU: choices the default space leaves out (`space`: 256-deep k-tiles, clusters of four;
+`split-k`), and the staged epilogue in place of the nosmem one, direct and swapped (`staged`).
 
     python studies/scripts/variants.py RECORDING.json OUT.json [--top 4] [--jobs 16]
+                                       [--kinds space,split-k,staged]
 
 RECORDING is an exhaustive recording of the layer (studies/recorded/...): its `top` fastest
 configs are the bases. Every base and variant is built, checked against the float64 reference
@@ -23,17 +25,21 @@ from cutsearch.problem import Layer
 from cutsearch.space import CLUSTERS, TILE_K, Config, invalid_reason, split_k_helps
 
 
-def variants(layer: Layer, base: Config) -> list[Config]:
+KINDS = ("space", "split-k", "staged")
+
+
+def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list[Config]:
     out = []
-    for tile_k in dict.fromkeys((base.tile_k, *TILE_K[-1:])):
-        for cm, cn in CLUSTERS:
-            c = dataclasses.replace(base, tile_k=tile_k, cluster_m=cm, cluster_n=cn)
-            if c != base and invalid_reason(layer, c) is None:
-                out.append(c)
-    split = dataclasses.replace(base, split_k=True)
-    if split_k_helps(layer) and invalid_reason(layer, split) is None:
-        out.append(split)  # its slice counts are run-time knobs, all measured
-    return out
+    if "space" in kinds:
+        for tile_k in dict.fromkeys((base.tile_k, *TILE_K[-1:])):
+            for cm, cn in CLUSTERS:
+                out.append(dataclasses.replace(base, tile_k=tile_k, cluster_m=cm, cluster_n=cn))
+    if "split-k" in kinds and split_k_helps(layer):
+        out.append(dataclasses.replace(base, split_k=True))  # its slice counts are run-time knobs
+    if "staged" in kinds and base.epilogue_schedule == "nosmem":
+        staged = dataclasses.replace(base, epilogue_schedule="staged")
+        out += [staged, dataclasses.replace(staged, swap_ab=not base.swap_ab)]
+    return [c for c in dict.fromkeys(out) if c != base and invalid_reason(layer, c) is None]
 
 
 def main() -> None:
@@ -42,13 +48,17 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--top", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     args = ap.parse_args()
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if unknown := set(kinds) - set(KINDS):
+        ap.error(f"unknown kinds: {', '.join(sorted(unknown))}")
     data = json.loads(args.recording.read_text())
     layer = Layer.from_dict(data["layer"])
     measured = [Evaluation.from_dict(e) for e in data["evaluations"] if e.get("measurement")]
     measured.sort(key=lambda e: e.outcome.median_us)
     bases = [e.config for e in measured[: args.top]]
-    configs = list(dict.fromkeys(bases + [v for b in bases for v in variants(layer, b)]))
+    configs = list(dict.fromkeys(bases + [v for b in bases for v in variants(layer, b, kinds)]))
     print(f"{layer.shape}: {len(bases)} bases, {len(configs) - len(bases)} variants", flush=True)
     ev = GpuEvaluator(cache_dir=Path(tempfile.mkdtemp()), jobs=args.jobs)
     try:
@@ -58,7 +68,7 @@ def main() -> None:
         ev.close()
     save_recording(args.out, layer, results, study=f"variants-{layer.slug}", gpu=gpu,
                    date=datetime.date.today().isoformat(),
-                   command=f"python studies/scripts/variants.py {args.recording} OUT --top {args.top}",
+                   command=f"python studies/scripts/variants.py {args.recording} OUT --top {args.top} --kinds {args.kinds}",
                    bases=[b.key for b in bases])
     for r in sorted(results, key=lambda r: r.outcome.median_us if isinstance(r.outcome, Measurement) else 1e9):
         o = r.outcome

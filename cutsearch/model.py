@@ -26,8 +26,10 @@ class Coefficients:
     copy_overhead_us: float = 2.0  # one extra pitched copy or memset launch
     k_step_us: float = 0.02        # barrier and issue cost of one k-block, whatever its size
     stage_penalty: tuple[float, ...] = (1.25, 1.25, 1.25, 1.08, 1.02, 1.0, 1.0, 1.0)
-    # y stored element by element (nosmem epilogue): whole 16-byte runs where D is column-major,
-    # scattered 2-byte pieces where it is row-major.
+    # y stored by ordinary stores. The nosmem epilogue stores whole 16-byte runs where D is
+    # column-major and scattered 2-byte pieces where it is row-major; the staged one whole rows
+    # where D is row-major and 16-element pieces of columns where it is column-major. The names
+    # follow nosmem: "column" is the fast orientation.
     store_column_bytes_per_s: float = 2.0e12
     store_row_bytes_per_s: float = 0.5e12
 
@@ -87,10 +89,10 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     memory_s = dram / PEAK_BYTES_PER_S
     t = max(compute_s, memory_s) + reduce_s
     t_us = t * 1e6 + coeff.launch_us + waves * coeff.tile_fill_us
-    # The staged epilogue's stores are whole rows, priced as the TMA epilogue's (none extra).
-    if config.epilogue_schedule == "nosmem":
+    if config.epilogue_schedule in ("nosmem", "staged"):
         column_major_d = config.swap_ab != (layer.output == "transposed")
-        rate = coeff.store_column_bytes_per_s if column_major_d else coeff.store_row_bytes_per_s
+        fast = column_major_d if config.epilogue_schedule == "nosmem" else not column_major_d
+        rate = coeff.store_column_bytes_per_s if fast else coeff.store_row_bytes_per_s
         t_us += kp.m * kp.n * e / rate * 1e6
     # Per-call transforms: a pitched copy reads and writes its bytes once.
     if kp.pad_k != layer.k:

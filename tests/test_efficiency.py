@@ -27,6 +27,7 @@ from cutsearch.space import Knobs, Space
 from cutsearch.storage import open_storage
 
 SMOKE = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-smoke"
+STAGED = SMOKE.parent / "h200x2-2026-11-30-staged"
 SMOKE_STUDIES = ["fc-4096x5000x1024-f16", "fc-16x4096x4096-f16", "fc-3000x1001x999-bf16-bias-gelu"]
 
 
@@ -298,6 +299,21 @@ def test_the_model_prices_element_wise_stores_by_the_layout_of_y():
     direct = [by_key[c.key.replace("_swap", "")] for c, _ in points
               if c.epilogue_schedule == "nosmem" and c.swap_ab and c.key.replace("_swap", "") in by_key]
     assert len(direct) == len(swapped) and all(s < d for s, d in zip(swapped, direct))
+
+
+def test_the_model_prices_the_staged_epilogue_by_the_layout_of_y():
+    """Recorded on the H200 (four configs, each direct and swapped, in one run): the staged
+    epilogue stores whole rows, so it is faster where y is row-major, the opposite of nosmem."""
+    rec = Recording.load(STAGED / "variants-unaligned-f16.json")
+    times = {e.config.key: e.outcome.median_us for e in rec.measured() if e.config.epilogue_schedule == "staged"}
+    pairs = [(key, key.replace("_persistent_pad", "_persistent_swap_pad")) for key in times if "_swap" not in key]
+    assert len(pairs) == 4 and all(swapped in times for _, swapped in pairs)
+    assert all(times[direct] < times[swapped] for direct, swapped in pairs)
+    configs = {e.config.key: e.config for e in rec.measured()}
+    predicted = {key: model.rank(rec.layer, [configs[key]])[0][0] for key in times}
+    assert all(predicted[direct] < predicted[swapped] for direct, swapped in pairs)
+    # Nothing measured there is in the model's hopeless tail.
+    assert not set(configs) & model.hopeless(rec.layer, list(Space(rec.layer)))
 
 
 def test_the_model_never_prunes_a_recorded_near_best_unaligned_kernel():

@@ -57,7 +57,7 @@ class Config:
     stages: int = 0
     tile_scheduler: str = "persistent"
     swap_ab: bool = False
-    pad: bool = False  # pad K and N (K alone with the nosmem epilogue) to 16-byte rows for TMA
+    pad: bool = False  # pad K and N (K alone with the nosmem or staged epilogue) to 16-byte rows for TMA
     # K split into slices on the batch dimension, fp32 partials summed by a second kernel that
     # adds the bias and activation: more CTAs where the output tiles cannot fill the SMs.
     split_k: bool = False

@@ -15,7 +15,7 @@ import string
 from pathlib import Path
 
 from cutsearch.problem import Layer
-from cutsearch.space import SIMT_EPILOGUES, Config, kernel_problem
+from cutsearch.space import SIMT_EPILOGUES, STAGED_WARPS, Config, kernel_problem
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 if not TEMPLATES.is_dir():  # installed as a wheel: the templates ship inside the package
@@ -242,10 +242,9 @@ def _cta_tile_descriptor(kernel: str, config: Config) -> str:
 def _use_staged_epilogue(kernel: str, name: str, layer: Layer, config: Config) -> tuple[str, str]:
     """Swap the emitted nosmem epilogue for the staged one, which keeps its types and arguments."""
     pattern = re.compile(r"using CollectiveEpilogue =(.*?NoSmemWarpSpecialized\s*>::CollectiveOp;)", re.S)
-    warps = 8  # the cooperative schedule's consumer warps, which store at once
     staged = (r"using CollectiveEpilogueNoSmem =\1\n"
               "using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<\n"
-              f"    cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, {ACTIVATIONS[layer.activation]}, {warps}>>;")
+              f"    cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, {ACTIVATIONS[layer.activation]}, {STAGED_WARPS}>>;")
     patched, count = pattern.subn(staged, kernel, count=1)
     if count != 1:
         raise CodegenError("unexpected nosmem epilogue in the emitted kernel")

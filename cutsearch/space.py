@@ -24,6 +24,7 @@ EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem", "staged")
 # Epilogues that store y with ordinary stores, so rows of any pitch: "nosmem" from the
 # accumulators' layout, "staged" through shared memory, a row at a time (templates/epilogue.cuh).
 SIMT_EPILOGUES = ("nosmem", "staged")
+STAGED_WARPS = 8  # the staged epilogue runs in cooperative kernels: 8 consumer warps store at once
 TILE_SCHEDULERS = ("persistent", "streamk")
 # Kernel schedule / epilogue schedule / tile scheduler: the combinations CUTLASS accepts on
 # SM90, searched as one dimension so that the sampler never proposes a mismatched pair.
@@ -131,8 +132,8 @@ def smem_bytes(config: Config, dtype: str, stages: int) -> int:
     mainloop = stages * (config.tile_m + config.tile_n) * config.tile_k * e
     if config.epilogue_schedule == "nosmem":
         epilogue = 0
-    elif config.epilogue_schedule == "staged":  # 16 rows of 40 floats for each of 8 consumer warps
-        epilogue = 8 * 16 * 40 * 4
+    elif config.epilogue_schedule == "staged":  # 16 rows of 40 floats a consumer warp
+        epilogue = STAGED_WARPS * 16 * 40 * 4
     else:
         epilogue = min(config.tile_m, 64) * min(config.tile_n, 128) * 4
     return mainloop + epilogue + 1024

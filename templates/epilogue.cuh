@@ -1,4 +1,4 @@
-// Rendered into every kernel's translation unit (templates/launcher.cu); tests compile it alone.
+// Rendered into the translation unit of each kernel with the staged epilogue (templates/launcher.cu).
 #pragma once
 #include <cstdint>
 

@@ -1,9 +1,10 @@
 """Measures the best recorded configs of a layer again, beside their variants, in one run on
 one GPU: choices the default space leaves out (`space`: 256-deep k-tiles, clusters of four;
-`split-k`), and the staged epilogue in place of the nosmem one, direct and swapped (`staged`).
+`split-k`), the staged epilogue in place of the nosmem one, direct and swapped (`staged`), and
+CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224).
 
     python studies/scripts/variants.py RECORDING.json OUT.json [--top 4] [--jobs 16]
-                                       [--kinds space,split-k,staged]
+                                       [--kinds space,split-k,staged,tiles]
 
 RECORDING is an exhaustive recording of the layer (studies/recorded/...): its `top` fastest
 configs are the bases. Every base and variant is built, checked against the float64 reference
@@ -22,10 +23,10 @@ from pathlib import Path
 from cutsearch.evaluator import Evaluation, GpuEvaluator, save_recording
 from cutsearch.outcome import Measurement
 from cutsearch.problem import Layer
-from cutsearch.space import CLUSTERS, TILE_K, Config, invalid_reason, split_k_helps
+from cutsearch.space import CLUSTERS, TILE_K, TILE_N, Config, invalid_reason, split_k_helps
 
 
-KINDS = ("space", "split-k", "staged")
+KINDS = ("space", "split-k", "staged", "tiles")
 
 
 def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list[Config]:
@@ -39,6 +40,8 @@ def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list
     if "staged" in kinds and base.epilogue_schedule == "nosmem":
         staged = dataclasses.replace(base, epilogue_schedule="staged")
         out += [staged, dataclasses.replace(staged, swap_ab=not base.swap_ab)]
+    if "tiles" in kinds:
+        out += [dataclasses.replace(base, tile_n=n) for n in TILE_N if n & (n - 1)]  # not a power of two
     return [c for c in dict.fromkeys(out) if c != base and invalid_reason(layer, c) is None]
 
 

@@ -2,7 +2,8 @@
 # On a two-H200 host (32 CPUs): the GPU tests on GPU 0 (12 CPUs) while GPU 1 (20 CPUs) measures
 # each suite layer's streaming floor, then the best recorded configs of four layers beside their
 # 256-deep-k-tile, four-CTA-cluster and split-K variants. `suite` instead runs the suite benchmark
-# on GPU 0 (16 CPUs), beside the variants on GPU 1 (16 CPUs).
+# on GPU 0 (16 CPUs), beside the variants on GPU 1 (16 CPUs); SUITE_CPUS and SUITE_JOBS give it
+# more CPUs where it runs alone.
 #   h200x2-floors-and-variants.sh [tests] [floor] [variants] [suite]   (default: the first three)
 # Logs and recordings land in $OUT; the variants' in one archive ($OUT keeps at most 8 files).
 set -u
@@ -19,9 +20,11 @@ if [[ $parts == *" suite "* ]]; then
   (
     export CUDA_VISIBLE_DEVICES=0
     n=${SUITE_TRIALS:-12}
-    taskset -c 0-15 python3 -m cutsearch build studies/suite.toml --top "$n" --jobs 16 > /tmp/suite-build.log 2>&1
-    timeout "${SUITE_TIMEOUT:-480}" taskset -c 0-15 python3 -m cutsearch suite studies/suite.toml --trials "$n" \
-      --batch "$n" --jobs 16 > /tmp/suite.log 2>&1
+    c=${SUITE_CPUS:-0-15} j=${SUITE_JOBS:-16}
+    timeout "${BUILD_TIMEOUT:-900}" taskset -c "$c" python3 -m cutsearch build studies/suite.toml --top "$n" --jobs "$j" \
+      > /tmp/suite-build.log 2>&1
+    timeout "${SUITE_TIMEOUT:-480}" taskset -c "$c" python3 -m cutsearch suite studies/suite.toml --trials "$n" \
+      --batch "$n" --jobs "$j" > /tmp/suite.log 2>&1
     tar czf "$OUT/suite-results.tgz" studies/results/suite-* studies/suite-*/journal.log -C /tmp suite.log \
       suite-build.log
     grep -v "━" /tmp/suite.log | tail -24

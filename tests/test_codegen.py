@@ -77,6 +77,13 @@ def test_cluster_along_n_divides_the_n_extent():
     assert "cute::Shape<cute::_1,cute::_2,cute::_1>" in mainloop(source)
 
 
+@pytest.mark.parametrize("tile_n", [96, 160, 192, 224])
+def test_tile_n_between_the_powers_of_two_reaches_the_collectives(tile_n):
+    source = _render(LAYER, coop(tile_n=tile_n))
+    assert f"cute::Shape<cute::_128, cute::_{tile_n}, cute::_64>" in mainloop(source)
+    assert f"cute::Shape<cute::_128, cute::_{tile_n}, cute::_64>" in epilogue(source)
+
+
 def test_launcher_wraps_the_emitted_kernel_type():
     source = _render(LAYER, coop())
     assert f"struct {source.operation_name}_type" in source.code

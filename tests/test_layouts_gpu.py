@@ -44,6 +44,9 @@ CASES = {
     "y-staged-m1": (dataclasses.replace(BASE, m=1), dataclasses.replace(STAGED, tile_n=128)),
     "y-staged-stream-k-narrow": (dataclasses.replace(BASE, m=999, n=13, activation="relu"),
                                  dataclasses.replace(STAGED, tile_m=256, tile_scheduler="streamk")),
+    # A CTA tile N between the powers of two (more tiles for the SMs where N is odd).
+    "y-staged-tile-n-96": (dataclasses.replace(BASE, m=999, n=333, activation="relu"),
+                           dataclasses.replace(STAGED, tile_n=96)),
     # Copies x and y: the case for overlapped launches (programmatic dependent launch).
     "x-and-y-copied": (BIAS_ONLY, dataclasses.replace(CONFIG, pad=True)),
     # K sliced on the batch dimension; the reduction kernel adds bias and activation.

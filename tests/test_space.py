@@ -322,6 +322,14 @@ def test_knobs_serialise_every_field():
     assert "pdl" not in Knobs().to_dict() and Knobs(**Knobs().to_dict()) == Knobs()
 
 
+def test_default_space_searches_tile_n_between_the_powers_of_two():
+    dims = Space(UNALIGNED_N).dimensions()
+    assert {96, 160, 192, 224} <= set(dims["tile_n"])
+    assert list(dims["tile_n"]) == sorted(dims["tile_n"])  # ordered: the warm start measures distance in steps
+    assert invalid_reason(UNALIGNED_N, cfg(tile_n=96, epilogue_schedule="staged")) is None
+    assert invalid_reason(ALIGNED, cfg(tile_m=256, tile_n=160)) is not None  # 160 fp32 columns of 256 rows
+
+
 def test_default_space_leaves_out_deep_k_tiles_and_clusters_of_four_which_stay_searchable():
     """Measured on the H200 (studies/recorded/h200x2-2026-11-30-variants/): neither won, so the
     default space leaves them out; a space that names them searches them."""

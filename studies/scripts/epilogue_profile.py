@@ -14,6 +14,7 @@ other, not with the timings of the search.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import sys
@@ -31,9 +32,8 @@ BASE = Config(tile_m=128, tile_n=256, tile_k=64, cluster_n=2, kernel_schedule="c
               epilogue_schedule="tma", pad=True)
 KERNELS = {
     "tma-y-padded": (BASE, io_flags(True, True)),
-    "staged": (Config(**{**BASE.to_dict(), "epilogue_schedule": "staged"}), io_flags(True, False)),
-    "nosmem-swapped": (Config(**{**BASE.to_dict(), "epilogue_schedule": "nosmem", "swap_ab": True}),
-                       io_flags(True, False)),
+    "staged": (dataclasses.replace(BASE, epilogue_schedule="staged"), io_flags(True, False)),
+    "nosmem-swapped": (dataclasses.replace(BASE, epilogue_schedule="nosmem", swap_ab=True), io_flags(True, False)),
 }
 
 

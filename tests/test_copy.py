@@ -42,19 +42,20 @@ def test_the_copy_kernels_build_without_spills(harness):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("unroll", [1, 2, 4])  # 16-byte vectors a thread: every block size the copy builds
 @pytest.mark.parametrize("offset", [0, 1, 3])  # elements: misaligns source rows and the chunk start
 @pytest.mark.parametrize("rows,cols,src_pitch,dst_pitch", CASES)
-def test_repitch_matches_numpy(harness, rows, cols, src_pitch, dst_pitch, offset):
+def test_repitch_matches_numpy(harness, rows, cols, src_pitch, dst_pitch, offset, unroll):
     torch = pytest.importorskip("torch")
     lib = ctypes.CDLL(str(harness.library))
     lib.test_repitch.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong,
-                                 ctypes.c_longlong, ctypes.c_longlong]
+                                 ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int]
     gen = torch.Generator(device="cuda").manual_seed(rows * cols + offset)
     src_store = torch.randn(offset + rows * src_pitch, device="cuda", dtype=torch.float16, generator=gen)
     src = src_store[offset:].view(rows, src_pitch)
     dst_store = torch.full((offset + rows * dst_pitch + 8,), float("nan"), device="cuda", dtype=torch.float16)
     dst = dst_store[offset: offset + rows * dst_pitch].view(rows, dst_pitch)
-    assert lib.test_repitch(dst.data_ptr(), dst_pitch, src.data_ptr(), src_pitch, rows, cols) == 0
+    assert lib.test_repitch(dst.data_ptr(), dst_pitch, src.data_ptr(), src_pitch, rows, cols, unroll) == 0
     want = torch.zeros(rows, dst_pitch, device="cuda", dtype=torch.float16)
     width = min(cols, dst_pitch)
     want[:, :width] = src[:, :width]

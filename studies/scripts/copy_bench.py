@@ -4,8 +4,9 @@
 
 Builds tests/copy/copy_harness.cu (templates/copy.cuh behind a C entry point), then for the
 unaligned suite layer's two copies (x 3000x999 -> pitch 1000, y pitch 1008 -> 3000x1001, fp16)
-times: cutsearch's copy, a one-element-per-thread copy, torch's strided copy, and a contiguous
-copy of the same bytes (the bandwidth reference). Median of 30, 256 MiB zeroed before each.
+times: cutsearch's copy (as built, and with 1, 2 and 4 16-byte vectors a thread), a
+one-element-per-thread copy, torch's strided copy, and a contiguous copy of the same bytes (the
+bandwidth reference). Median of 30, 256 MiB zeroed before each.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ def build() -> ctypes.CDLL:
     built = Compiler(Cache(Path(tempfile.mkdtemp())), Toolchain.find("none")).compile(source)
     assert isinstance(built, CompiledKernel), built
     lib = ctypes.CDLL(str(built.library))
+    args = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong,
+            ctypes.c_longlong, ctypes.c_void_p]
     for name in ("bench_repitch", "bench_simple"):
-        getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong,
-                                       ctypes.c_longlong, ctypes.c_longlong, ctypes.c_void_p]
+        getattr(lib, name).argtypes = args
+    lib.bench_repitch_unroll.argtypes = [*args, ctypes.c_int]
     return lib
 
 
@@ -48,16 +51,17 @@ def main(out: Path) -> None:
         want = torch.zeros_like(dst)
         want[:, : min(cols, dp)] = src[:, : min(cols, dp)]
         entry = {}
-        for kernel in ("bench_repitch", "bench_simple"):
-            fn = getattr(lib, kernel)
+        kernels = {"cutsearch copy": (lib.bench_repitch, ()), "element per thread": (lib.bench_simple, ())}
+        kernels.update({f"cutsearch copy, {u} vectors a thread": (lib.bench_repitch_unroll, (u,)) for u in (1, 2, 4)})
+        for label, (fn, extra) in kernels.items():
 
-            def call(fn=fn):
-                assert fn(dst.data_ptr(), dp, src.data_ptr(), sp, rows, cols, stream) == 0
+            def call(fn=fn, extra=extra):
+                assert fn(dst.data_ptr(), dp, src.data_ptr(), sp, rows, cols, stream, *extra) == 0
             dst.fill_(float("nan"))
             call()
             torch.cuda.synchronize()
-            assert torch.equal(dst, want), kernel
-            entry[{"bench_repitch": "cutsearch copy", "bench_simple": "element per thread"}[kernel]] = cold(call)
+            assert torch.equal(dst, want), label
+            entry[label] = cold(call)
         if dp > cols:
             entry["torch strided copy"] = cold(lambda: dst[:, :cols].copy_(src))
         else:

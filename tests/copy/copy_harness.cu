@@ -17,11 +17,21 @@ __global__ void simple_copy(__half* dst, int dst_pitch, const __half* src, int s
 extern "C" {
 int cs_abi_version(void) { return 0; }
 
+// The copy with `unroll` 16-byte vectors a thread (1, 2 or 4), on a stream.
+static cudaError_t repitch(int unroll, void* dst, long long dst_pitch, const void* src, long long src_pitch,
+                           long long rows, long long cols, cudaStream_t s) {
+  auto d = static_cast<__half*>(dst);
+  auto x = static_cast<const __half*>(src);
+  if (unroll == 2) return cutsearch_copy::launch_repitch<__half, 2>(d, dst_pitch, x, src_pitch, rows, cols, s);
+  if (unroll == 4) return cutsearch_copy::launch_repitch<__half, 4>(d, dst_pitch, x, src_pitch, rows, cols, s);
+  if (unroll == 1) return cutsearch_copy::launch_repitch<__half, 1>(d, dst_pitch, x, src_pitch, rows, cols, s);
+  return cudaErrorInvalidValue;
+}
+
 // dst[r][c] = c < cols ? src[r][c] : 0 for c < dst_pitch; fp16 elements; synchronous.
 int test_repitch(void* dst, long long dst_pitch, const void* src, long long src_pitch, long long rows,
-                 long long cols) {
-  cutsearch_copy::launch_repitch(static_cast<__half*>(dst), dst_pitch, static_cast<const __half*>(src),
-                                 src_pitch, rows, cols, nullptr);
+                 long long cols, int unroll) {
+  if (repitch(unroll, dst, dst_pitch, src, src_pitch, rows, cols, nullptr) != cudaSuccess) return 1;
   return cudaDeviceSynchronize() == cudaSuccess ? 0 : 1;
 }
 
@@ -29,9 +39,14 @@ int test_repitch(void* dst, long long dst_pitch, const void* src, long long src_
 // plain one-element-per-thread copy to compare it with.
 int bench_repitch(void* dst, long long dst_pitch, const void* src, long long src_pitch, long long rows,
                   long long cols, void* stream) {
-  cutsearch_copy::launch_repitch(static_cast<__half*>(dst), dst_pitch, static_cast<const __half*>(src),
-                                 src_pitch, rows, cols, static_cast<cudaStream_t>(stream));
-  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+  return repitch(cutsearch_copy::UNROLL, dst, dst_pitch, src, src_pitch, rows, cols,
+                 static_cast<cudaStream_t>(stream)) == cudaSuccess ? 0 : 1;
+}
+
+int bench_repitch_unroll(void* dst, long long dst_pitch, const void* src, long long src_pitch, long long rows,
+                         long long cols, void* stream, int unroll) {
+  return repitch(unroll, dst, dst_pitch, src, src_pitch, rows, cols, static_cast<cudaStream_t>(stream)) ==
+         cudaSuccess ? 0 : 1;
 }
 
 int bench_simple(void* dst, long long dst_pitch, const void* src, long long src_pitch, long long rows,

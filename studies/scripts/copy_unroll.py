@@ -11,7 +11,6 @@ one recording per block size and `copy-unroll.json`, the comparison.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import re
@@ -20,25 +19,16 @@ from pathlib import Path
 from statistics import median
 
 from cutsearch import codegen
-from cutsearch.evaluator import Evaluation, GpuEvaluator, save_recording
+from cutsearch.evaluator import GpuEvaluator, save_recording
 from cutsearch.outcome import Measurement
-from cutsearch.problem import Layer
+from variants import best_recorded, recording_parser
 
 UNROLLS = (1, 2, 4)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("recording", type=Path)
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--top", type=int, default=4)
-    ap.add_argument("--jobs", type=int, default=None)
-    args = ap.parse_args()
-    data = json.loads(args.recording.read_text())
-    layer = Layer.from_dict(data["layer"])
-    measured = sorted((Evaluation.from_dict(e) for e in data["evaluations"] if e.get("measurement")),
-                      key=lambda e: e.outcome.median_us)
-    configs = [e.config for e in measured[: args.top]]
+    args = recording_parser().parse_args()
+    layer, configs = best_recorded(args.recording, args.top)
     args.out.mkdir(parents=True, exist_ok=True)
     built_copies = codegen.copy_kernels
     summary, gpu = {}, None

@@ -45,22 +45,32 @@ def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list
     return [c for c in dict.fromkeys(out) if c != base and invalid_reason(layer, c) is None]
 
 
-def main() -> None:
+def recording_parser() -> argparse.ArgumentParser:
+    """RECORDING OUT [--top N] [--jobs J]: the arguments of the scripts that remeasure a recording."""
     ap = argparse.ArgumentParser()
     ap.add_argument("recording", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--top", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=None)
+    return ap
+
+
+def best_recorded(recording: Path, top: int) -> tuple[Layer, list[Config]]:
+    """The layer of a recording and its `top` fastest measured configs, fastest first."""
+    data = json.loads(recording.read_text())
+    measured = [Evaluation.from_dict(e) for e in data["evaluations"] if e.get("measurement")]
+    measured.sort(key=lambda e: e.outcome.median_us)
+    return Layer.from_dict(data["layer"]), [e.config for e in measured[:top]]
+
+
+def main() -> None:
+    ap = recording_parser()
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     args = ap.parse_args()
     kinds = tuple(k for k in args.kinds.split(",") if k)
     if unknown := set(kinds) - set(KINDS):
         ap.error(f"unknown kinds: {', '.join(sorted(unknown))}")
-    data = json.loads(args.recording.read_text())
-    layer = Layer.from_dict(data["layer"])
-    measured = [Evaluation.from_dict(e) for e in data["evaluations"] if e.get("measurement")]
-    measured.sort(key=lambda e: e.outcome.median_us)
-    bases = [e.config for e in measured[: args.top]]
+    layer, bases = best_recorded(args.recording, args.top)
     configs = list(dict.fromkeys(bases + [v for b in bases for v in variants(layer, b, kinds)]))
     print(f"{layer.shape}: {len(bases)} bases, {len(configs) - len(bases)} variants", flush=True)
     ev = GpuEvaluator(cache_dir=Path(tempfile.mkdtemp()), jobs=args.jobs)

@@ -2,7 +2,7 @@
 # On a two-H200 host (32 CPUs): the per-call copy's block size. GPU 0: the copy alone
 # (copy_bench.py) and the copy's GPU tests. GPU 1, 16 CPUs: the unaligned layer's best recorded
 # configs with the copy at 1, 2 and 4 16-byte vectors a thread, inside the call
-# (copy_unroll.py). Logs and results land in $OUT (one archive).
+# (rebuilt.py ... copy-unroll). Logs and results land in $OUT (one archive).
 set -u
 here=$(dirname "$0")
 bash "$here/h200x2-exhaustive.sh" setup || exit 1
@@ -16,8 +16,8 @@ mkdir -p /tmp/copy
   echo "== copy alone"; grep -A3 '"cutsearch copy' /tmp/copy/copy-bench.json | grep median; tail -3 /tmp/copy/gpu-tests-copy.log
 ) &
 (
-  CUDA_VISIBLE_DEVICES=1 timeout "${UNROLL_TIMEOUT:-400}" taskset -c 16-31 python3 "$here/copy_unroll.py" \
-    "${RECORDING:-studies/recorded/h200x2-2026-11-30-tiles/variants-unaligned-f16.json}" /tmp/copy/in-call \
+  CUDA_VISIBLE_DEVICES=1 timeout "${UNROLL_TIMEOUT:-400}" taskset -c 16-31 python3 "$here/rebuilt.py" \
+    "${RECORDING:-studies/recorded/h200x2-2026-11-30-tiles/variants-unaligned-f16.json}" /tmp/copy/in-call copy-unroll \
     --top "${TOP:-4}" --jobs 16 > /tmp/copy/copy-unroll.log 2>&1
   echo "== copy in the call"; grep -v "^    " /tmp/copy/copy-unroll.log | tail -20
 ) &

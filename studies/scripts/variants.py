@@ -55,10 +55,12 @@ def recording_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def best_recorded(recording: Path, top: int) -> tuple[Layer, list[Config]]:
-    """The layer of a recording and its `top` fastest measured configs, fastest first."""
+def best_recorded(recording: Path, top: int, keep=lambda config: True) -> tuple[Layer, list[Config]]:
+    """The layer of a recording and its `top` fastest measured configs that `keep` accepts,
+    fastest first."""
     data = json.loads(recording.read_text())
     measured = [Evaluation.from_dict(e) for e in data["evaluations"] if e.get("measurement")]
+    measured = [e for e in measured if keep(e.config)]
     measured.sort(key=lambda e: e.outcome.median_us)
     return Layer.from_dict(data["layer"]), [e.config for e in measured[:top]]
 

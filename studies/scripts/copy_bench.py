@@ -4,8 +4,8 @@
 
 Builds tests/copy/copy_harness.cu (templates/copy.cuh behind a C entry point), then for the
 unaligned suite layer's two copies (x 3000x999 -> pitch 1000, y pitch 1008 -> 3000x1001, fp16)
-times: cutsearch's copy (as built, and with 1, 2 and 4 16-byte vectors a thread), a
-one-element-per-thread copy, torch's strided copy, and a contiguous copy of the same bytes (the
+times: cutsearch's copy with 1, 2 and 4 16-byte vectors a thread (the one the launcher builds
+marked), a one-element-per-thread copy, torch's strided copy, and a contiguous copy of the same bytes (the
 bandwidth reference). Median of 30, 256 MiB zeroed before each.
 """
 
@@ -35,9 +35,8 @@ def build() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(built.library))
     args = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong,
             ctypes.c_longlong, ctypes.c_void_p]
-    for name in ("bench_repitch", "bench_simple"):
-        getattr(lib, name).argtypes = args
-    lib.bench_repitch_unroll.argtypes = [*args, ctypes.c_int]
+    lib.bench_simple.argtypes = args
+    lib.bench_repitch.argtypes = [*args, ctypes.c_int]
     return lib
 
 
@@ -51,8 +50,10 @@ def main(out: Path) -> None:
         want = torch.zeros_like(dst)
         want[:, : min(cols, dp)] = src[:, : min(cols, dp)]
         entry = {}
-        kernels = {"cutsearch copy": (lib.bench_repitch, ()), "element per thread": (lib.bench_simple, ())}
-        kernels.update({f"cutsearch copy, {u} vectors a thread": (lib.bench_repitch_unroll, (u,)) for u in (1, 2, 4)})
+        built = lib.copy_unroll()
+        kernels = {f"cutsearch copy, {u} vectors a thread{' (built)' if u == built else ''}": (lib.bench_repitch, (u,))
+                   for u in (1, 2, 4)}
+        kernels["element per thread"] = (lib.bench_simple, ())
         for label, (fn, extra) in kernels.items():
 
             def call(fn=fn, extra=extra):

@@ -110,6 +110,7 @@ struct cs_layer {
   Gemm gemm;
   size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0;
   const void* x = nullptr;
+  const void* w = nullptr;
   const void* bias = nullptr;
   void* y = nullptr;
   char* ws = nullptr;
@@ -166,11 +167,11 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   return 0;
 }
 
-// Arguments are rebuilt only when a pointer changes: the TMA descriptors hold them.
+// Arguments are rebuilt only when a pointer changes: the TMA descriptors and epilogue hold them.
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
-  if (h->bound && x == h->x && y == h->y && workspace == h->ws) return 0;
-  h->x = x; h->y = y; h->ws = static_cast<char*>(workspace); h->bias = bias;
+  if (h->bound && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
+  h->x = x; h->w = w; h->y = y; h->ws = static_cast<char*>(workspace); h->bias = bias;
   char* ws_kernel = h->ws;
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);

@@ -101,3 +101,40 @@ def test_overlapped_launches_compute_the_layer(built):
             reply = worker.call(request, timeout_s=300)
             assert isinstance(reply, Measurement), (name, reply)
             assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["y-stored-unaligned", "y-staged-silu", "x-and-y-copied"])
+def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name):
+    """cs_bind rebuilds the kernel's arguments when W or b moves, not only when x or y does: a
+    layer prepared again with new weights must not read the old buffers."""
+    torch = pytest.importorskip("torch")
+    import ctypes
+
+    from cutsearch.abi import io_flags, open_library
+
+    layer, config = CASES[name]
+    kp = kernel_problem(layer, config)
+    lib = open_library(built[name].library)
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype)
+    act = {"none": lambda t: t, "silu": torch.nn.functional.silu}[layer.activation]
+    handle = ctypes.c_void_p()
+    assert lib.cs_create(ctypes.byref(handle), layer.m, layer.n, layer.k, kp.pad_n, kp.pad_k, 0, 1, 1, 1, 0, 0,
+                         io_flags(False, False)) == 0
+    try:
+        ws = torch.empty(max(16, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
+        y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
+        for _ in range(2):  # new weights, each in buffers of their own
+            w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
+            w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
+            b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
+            b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+            assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
+            assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
+            torch.cuda.synchronize()
+            want = act(x.double() @ w[: layer.n, : layer.k].double().T + b[: layer.n].double())
+            assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2
+    finally:
+        lib.cs_destroy(handle)

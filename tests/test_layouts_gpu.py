@@ -8,10 +8,12 @@ Failure, not a Measurement. CI builds them (`nvcc`); the measurement needs a Hop
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import pytest
 
+from cutsearch.abi import io_flags, open_library
 from cutsearch.cache import Cache
 from cutsearch.codegen import cutlass_version, render
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
@@ -109,10 +111,6 @@ def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name
     """cs_bind rebuilds the kernel's arguments when W or b moves, not only when x or y does: a
     layer prepared again with new weights must not read the old buffers."""
     torch = pytest.importorskip("torch")
-    import ctypes
-
-    from cutsearch.abi import io_flags, open_library
-
     layer, config = CASES[name]
     kp = kernel_problem(layer, config)
     lib = open_library(built[name].library)
@@ -126,11 +124,14 @@ def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name
     try:
         ws = torch.empty(max(16, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
         y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
-        for _ in range(2):  # new weights, each in buffers of their own
+        earlier = []  # the previous weights stay allocated: each new pair has pointers of its own
+        for _ in range(2):
             w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
             w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
             b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
             b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+            assert not {w.data_ptr(), b.data_ptr()} & {t.data_ptr() for t in earlier}
+            earlier += [w, b]
             assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
             assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
             torch.cuda.synchronize()

@@ -136,8 +136,10 @@ _EPILOGUE_SCHEDULES = {
     ("cooperative", "tma"): "TmaWarpSpecializedCooperative",
     ("pingpong", "nosmem"): "NoSmemWarpSpecialized",
     ("cooperative", "nosmem"): "NoSmemWarpSpecialized",
-    # Emitted as nosmem, then given the staged epilogue (templates/epilogue.cuh).
+    # Emitted as nosmem, then given the staged or fixup epilogue (templates/epilogue.cuh).
     ("cooperative", "staged"): "NoSmemWarpSpecialized",
+    ("pingpong", "fixup"): "NoSmemWarpSpecialized",
+    ("cooperative", "fixup"): "NoSmemWarpSpecialized",
 }
 _TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK"}
 _GDC_DEFINE = "#ifndef CUTLASS_ENABLE_GDC_FOR_SM90\n#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#endif"
@@ -165,9 +167,12 @@ def render(layer: Layer, config: Config) -> KernelSource:
     # y (M x N row-major) is the swapped kernel's column-major D; y^T flips it once more.
     column_major_d = config.swap_ab != (layer.output == "transposed")
     layout_d = cc.LayoutType.ColumnMajor if column_major_d else cc.LayoutType.RowMajor
-    # Split-K writes fp32 partials (16-byte rows of 4); its reduction adds bias and activation.
-    out = cc.DataType.f32 if config.split_k else element
-    align_d = 4 if config.split_k else kp.align_d
+    # Split-K with a second kernel writes fp32 partials (16-byte rows of 4) and leaves bias and
+    # activation to it; the fixup epilogue keeps its partials in the workspace and writes y.
+    fixup = config.epilogue_schedule == "fixup"
+    partials = config.split_k and not fixup
+    out = cc.DataType.f32 if partials else element
+    align_d = 4 if partials else kp.align_d
     try:
         plan = cc.op.Gemm(element_A=element, element_B=element, element_C=out, element_D=out,
                           element_accumulator=cc.DataType.f32,
@@ -175,9 +180,9 @@ def render(layer: Layer, config: Config) -> KernelSource:
                           layout_C=layout_d, cc=90, kernel_cc=90)
         # The nosmem and staged epilogues have no visitor tree: D = act(acc + 1 * C), with C the
         # bias broadcast by a zero stride (the launcher sets it), is their fused bias.
-        simt_store = config.epilogue_schedule in SIMT_EPILOGUES
+        simt_store = config.epilogue_schedule in SIMT_EPILOGUES or fixup
         bias_as_c = layer.bias and simt_store
-        fn = None if simt_store or config.split_k else _epilogue_fn(layer)
+        fn = None if simt_store or partials else _epilogue_fn(layer)
         if fn is not None:
             from cutlass_cppgen.backend.evt.ir.tensor import Tensor
 
@@ -205,8 +210,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
         kernel = _cta_tile_descriptor(operation.rt_module.emit(), config)
         includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
         name = operation.procedural_name()
-        if config.epilogue_schedule == "staged":
-            kernel, name = _use_staged_epilogue(kernel, name, layer, config)
+        if config.epilogue_schedule in ("staged", "fixup"):
+            kernel, name = _replace_nosmem_epilogue(kernel, name, layer, config)
     except KeyError as exc:
         raise CodegenError(f"no such schedule in this CUTLASS: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the interface raises bare Exception for invalid configs
@@ -215,11 +220,12 @@ def render(layer: Layer, config: Config) -> KernelSource:
     gdc = config.tile_scheduler != "streamk"
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
-                           staged_epilogue=staged_epilogue() if config.epilogue_schedule == "staged" else "",
+                           own_epilogues=own_epilogues() if config.epilogue_schedule in ("staged", "fixup") else "",
                            swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
-                           split_k=int(config.split_k), split_act=ACTIVATIONS[layer.activation])
+                           split_k=(2 if fixup else 1) if config.split_k else 0,
+                           split_act=ACTIVATIONS[layer.activation])
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
@@ -239,17 +245,23 @@ def _cta_tile_descriptor(kernel: str, config: Config) -> str:
     return patched
 
 
-def _use_staged_epilogue(kernel: str, name: str, layer: Layer, config: Config) -> tuple[str, str]:
-    """Swap the emitted nosmem epilogue for the staged one, which keeps its types and arguments."""
+def _replace_nosmem_epilogue(kernel: str, name: str, layer: Layer, config: Config) -> tuple[str, str]:
+    """Swap the emitted nosmem epilogue for the staged or fixup one, which keep its types and
+    arguments."""
+    act = ACTIVATIONS[layer.activation]
+    own = (f"cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, {act}, {STAGED_WARPS}>"
+           if config.epilogue_schedule == "staged" else
+           f"cutsearch_fixup::FixupEpilogue<CollectiveEpilogueNoSmem, {act}, {config.tile_m}, {config.tile_n}>")
     pattern = re.compile(r"using CollectiveEpilogue =(.*?NoSmemWarpSpecialized\s*>::CollectiveOp;)", re.S)
-    staged = (r"using CollectiveEpilogueNoSmem =\1\n"
-              "using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<\n"
-              f"    cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, {ACTIVATIONS[layer.activation]}, {STAGED_WARPS}>>;")
-    patched, count = pattern.subn(staged, kernel, count=1)
+    replaced = (r"using CollectiveEpilogueNoSmem =\1\n"
+                "using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<\n"
+                f"    {own}>;")
+    patched, count = pattern.subn(replaced, kernel, count=1)
     if count != 1:
         raise CodegenError("unexpected nosmem epilogue in the emitted kernel")
-    staged_name = name.replace("epi_nosmem", "epi_staged") if "epi_nosmem" in name else name + "_staged"
-    return patched.replace(name, staged_name), staged_name
+    tag = f"epi_{config.epilogue_schedule}"
+    own_name = name.replace("epi_nosmem", tag) if "epi_nosmem" in name else f"{name}_{config.epilogue_schedule}"
+    return patched.replace(name, own_name), own_name
 
 
 # The activation ids of the rendered C++ (the split-K reduction and the cuBLAS fallback).
@@ -273,8 +285,8 @@ def copy_kernels() -> str:
     return copy[copy.index("// Per-call layout copy"):] + "\n" + reduce[reduce.index("// Split-K reduction"):]
 
 
-def staged_epilogue() -> str:
-    """The staged epilogue (it needs CUTLASS's headers, which the copies do not)."""
+def own_epilogues() -> str:
+    """The staged and fixup epilogues (they need CUTLASS's headers, which the copies do not)."""
     text = (TEMPLATES / "epilogue.cuh").read_text()
     return text[text.index("// Staged epilogue"):]
 

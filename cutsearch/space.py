@@ -23,7 +23,8 @@ CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))
 DEFAULT_TILE_K = (32, 64, 128)
 DEFAULT_CLUSTERS = ((1, 1), (2, 1), (1, 2))
 KERNEL_SCHEDULES = ("auto", "pingpong", "cooperative")
-EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem", "staged")
+# "fixup": split-K's slices summed by the GEMM's own epilogue, which then writes y (templates/epilogue.cuh).
+EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem", "staged", "fixup")
 # Epilogues that store y with ordinary stores, so rows of any pitch: "nosmem" from the
 # accumulators' layout, "staged" through shared memory, a row at a time (templates/epilogue.cuh).
 SIMT_EPILOGUES = ("nosmem", "staged")
@@ -36,6 +37,7 @@ SCHEDULES = (
     "pingpong/tma/persistent", "pingpong/nosmem/persistent",
     "cooperative/tma/persistent", "cooperative/nosmem/persistent", "cooperative/staged/persistent",
     "cooperative/tma/streamk", "cooperative/nosmem/streamk", "cooperative/staged/streamk",
+    "pingpong/fixup/persistent", "cooperative/fixup/persistent",
 )
 STAGES = (0, 2, 3, 4, 5, 6, 7)  # 0: the CollectiveBuilder fits as many as shared memory allows
 # The default space leaves the stage count to the CollectiveBuilder. In 64 recorded H200 pairs
@@ -46,7 +48,7 @@ DEFAULT_STAGES = (0,)
 
 SMEM_BYTES = 227 * 1024
 SM_COUNT = 132
-SPLITS = (2, 3, 4, 6, 8)  # K slices of a split-K config, a run-time knob
+SPLITS = (2, 3, 4, 6, 8, 16)  # K slices of a split-K config, a run-time knob
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, order=True)
@@ -62,8 +64,9 @@ class Config:
     tile_scheduler: str = "persistent"
     swap_ab: bool = False
     pad: bool = False  # pad K and N (K alone with the nosmem or staged epilogue) to 16-byte rows for TMA
-    # K split into slices on the batch dimension, fp32 partials summed by a second kernel that
-    # adds the bias and activation: more CTAs where the output tiles cannot fill the SMs.
+    # K split into slices on the batch dimension: more CTAs where the output tiles cannot fill the
+    # SMs. With the TMA epilogue a second kernel sums the fp32 partials and adds the bias and
+    # activation; with the fixup epilogue the last slice's CTA of each tile does.
     split_k: bool = False
 
     @property
@@ -133,7 +136,7 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
 def smem_bytes(config: Config, dtype: str, stages: int) -> int:
     e = BYTES[dtype]
     mainloop = stages * (config.tile_m + config.tile_n) * config.tile_k * e
-    if config.epilogue_schedule == "nosmem":
+    if config.epilogue_schedule in ("nosmem", "fixup"):
         epilogue = 0
     elif config.epilogue_schedule == "staged":  # 16 rows of 40 floats a consumer warp
         epilogue = STAGED_WARPS * 16 * 40 * 4
@@ -196,6 +199,8 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return f"the {c.epilogue_schedule} epilogue adds the bias as a source C broadcast along y's rows: not for y^T"
     if c.epilogue_schedule in SIMT_EPILOGUES and kp.align_d == vec:
         return f"the {c.epilogue_schedule} epilogue only serves unaligned output rows; the TMA epilogue is faster"
+    if c.epilogue_schedule == "fixup" and not c.split_k:
+        return "the fixup epilogue sums split-K slices: it needs split-K"
     if c.split_k:
         reason = _split_k_invalid(layer, c, kp)
         if reason:
@@ -213,6 +218,19 @@ def split_k_helps(layer: Layer) -> bool:
     return layer.m * layer.n < SM_COUNT * 128 * 128
 
 
+SPLIT_K_MIN_K = 1024  # below it each slice's mainloop is too short to pay for the split
+
+
+def split_k_pays(layer: Layer) -> bool:
+    """Split-K is searched by default where K is long and even 64x32 tiles, in either
+    orientation, would give at most a quarter of the SMs a tile: one kernel cannot then stream W
+    fast enough. On the H200, 32x512x16384 went from 23.3 µs in one kernel to 15.0 µs in four
+    slices, while decode (64 such tiles swapped, 128 direct) gained nothing
+    (studies/recorded/h200x2-2026-12-01-fixup/)."""
+    tiles = max(-(-layer.m // 64) * -(-layer.n // 32), -(-layer.n // 64) * -(-layer.m // 32))
+    return split_k_helps(layer) and layer.k >= SPLIT_K_MIN_K and tiles <= SM_COUNT // 4
+
+
 def k_splits(config: Config, kp: KernelProblem, dtype: str) -> tuple[int, ...]:
     """The slice counts that cut K into 16-byte-aligned slices of at least two k-tiles."""
     vec = 16 // BYTES[dtype]
@@ -222,8 +240,9 @@ def k_splits(config: Config, kp: KernelProblem, dtype: str) -> tuple[int, ...]:
 def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
     if not split_k_helps(layer):
         return "split-K only where the output holds less than one 128x128 tile per SM"
-    if c.tile_scheduler != "persistent" or c.epilogue_schedule != "tma":
-        return "split-K runs on the persistent scheduler with the TMA epilogue (stream-K splits on its own)"
+    if c.tile_scheduler != "persistent" or c.epilogue_schedule not in ("tma", "fixup"):
+        return ("split-K runs on the persistent scheduler with the TMA epilogue and a reduction kernel, or the "
+                "fixup epilogue (stream-K splits on its own)")
     if kp.pad_k != layer.k or kp.pad_n != layer.n or layer.input != "contiguous" or layer.output != "contiguous":
         return "split-K needs K and N in 16-byte rows and contiguous x and y"
     if not k_splits(c, kp, layer.dtype):
@@ -244,9 +263,9 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
     if config.split_k:
         grid = [Knobs(raster=r, swizzle=sw, splits=s) for r in (1, 2) for sw in (1, 4)
                 for s in k_splits(config, kp, layer.dtype)]
-    if copies(layer, kp) or config.split_k:
+    if copies(layer, kp) or (config.split_k and config.epilogue_schedule != "fixup"):
         # Launch overlap matters only between kernels of one call: a copy or the split-K
-        # reduction, and the GEMM.
+        # reduction kernel, and the GEMM.
         grid += [dataclasses.replace(k, pdl=1) for k in grid]
     return grid
 
@@ -269,19 +288,22 @@ class Space:
     stages: tuple[int, ...] = DEFAULT_STAGES
     swap_ab: tuple[bool, ...] = (False, True)
     pad: tuple[bool, ...] | None = None  # default: (False, True) where the layer is unaligned
-    split_k: tuple[bool, ...] = (False,)  # (False, True): also split-K, where split_k_helps
+    # (False, True): also split-K, where split_k_helps. None: where split_k_pays.
+    split_k: tuple[bool, ...] | None = None
 
     def dimensions(self) -> dict[str, tuple[Any, ...]]:
         vec = 16 // BYTES[self.layer.dtype]
         aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0
         pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
-        # Opt-in: on the H200 it was at par with the best one-kernel GEMM (decode, 24 configs).
         offered = aligned and split_k_helps(self.layer)
-        split = tuple(v for v in self.split_k if offered or not v) or (False,)
+        wanted = self.split_k if self.split_k is not None else (False, True) if split_k_pays(self.layer) else (False,)
+        split = tuple(v for v in wanted if offered or not v) or (False,)
+        # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.
+        schedules = self.schedules if True in split else tuple(s for s in self.schedules if "/fixup/" not in s)
         return {
             "tile_m": self.tile_m, "tile_n": self.tile_n, "tile_k": self.tile_k,
             "cluster": tuple(f"{m}x{n}" for m, n in self.clusters),
-            "schedule": self.schedules, "stages": self.stages, "swap_ab": self.swap_ab, "pad": pad,
+            "schedule": schedules, "stages": self.stages, "swap_ab": self.swap_ab, "pad": pad,
             "split_k": split,
         }
 

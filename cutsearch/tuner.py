@@ -60,7 +60,8 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
     """Search `layer`, resuming study `study`; persist its best kernel and its summary.
 
     `all_stages` also searches explicit stage counts; by default the CUTLASS builder picks them.
-    `split_k` also searches split-K, where the layer's output tiles leave SMs idle.
+    `split_k` also searches split-K wherever the layer's output tiles leave SMs idle; without it,
+    only where they would leave three quarters idle (space.split_k_pays).
     `prune` lets TPE skip the configs the cost model rates hopeless.
     """
     ws = workspace or Workspace()
@@ -86,7 +87,7 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
                         batch=batch or (nvcc_jobs and BATCH_PER_JOB * nvcc_jobs), sampler=sampler,
                         seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
                         space=Space(layer, stages=STAGES if all_stages else DEFAULT_STAGES,
-                                    split_k=(False, True) if split_k else (False,)), prune=prune,
+                                    split_k=(False, True) if split_k else None), prune=prune,
                         artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
         if result.best is not None and not ws.best_dir(name).exists():
             on_best(result.best, None)  # a resumed study whose best was found by an earlier run

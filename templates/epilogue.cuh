@@ -1,8 +1,10 @@
-// Rendered into the translation unit of each kernel with the staged epilogue (templates/launcher.cu).
+// Rendered into the translation unit of each kernel with the staged or fixup epilogue
+// (templates/launcher.cu).
 #pragma once
 #include <cstdint>
 
 #include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
 
 #include "reduce.cuh"  // its activations
@@ -16,12 +18,10 @@
 // D = act(alpha * acc + beta * C); C is the bias with a zero stride across y's rows.
 namespace cutsearch_staged {
 
-// Base: the CUTLASS DefaultEpilogue this replaces (its types and arguments are kept, so that
-// the launcher binds either the same way). Act: cutsearch_reduce's activation ids. Warps: the
-// consumer warps of one CTA that run the epilogue at the same time.
-template <class Base, int Act, int Warps>
-class StagedEpilogue {
- public:
+// The types of the CUTLASS DefaultEpilogue that an epilogue here replaces: kept, so that the
+// launcher binds either the same way.
+template <class Base>
+struct BaseTypes {
   using EpilogueSchedule = typename Base::EpilogueSchedule;
   using DispatchPolicy = EpilogueSchedule;
   using ThreadEpilogueOp = typename Base::ThreadEpilogueOp;
@@ -36,6 +36,18 @@ class StagedEpilogue {
   using GmemElementC = cute::conditional_t<cute::is_void_v<ElementC>, ElementD, ElementC>;
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
+};
+
+// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids. Warps: the
+// consumer warps of one CTA that run the epilogue at the same time.
+template <class Base, int Act, int Warps>
+class StagedEpilogue : public BaseTypes<Base> {
+ public:
+  using typename BaseTypes<Base>::ElementD;
+  using typename BaseTypes<Base>::StrideD;
+  using typename BaseTypes<Base>::StrideC;
+  using typename BaseTypes<Base>::GmemElementC;
+  using typename BaseTypes<Base>::ThreadEpilogueOp;
   using Arguments = typename Base::Arguments;
   using Params = Arguments;
 
@@ -156,3 +168,142 @@ class StagedEpilogue {
 };
 
 }  // namespace cutsearch_staged
+
+// Split-K reduced in the GEMM's own epilogue: no second kernel, and no workspace reset per call.
+// The CTA of each K slice writes its fp32 partial tile to the workspace and counts itself in
+// the tile's counter. The last to arrive sums every slice's partial in slice order (the result
+// does not depend on which CTA is last), adds the bias, applies the activation and stores y.
+// Its atomicInc wraps the counter back to zero, so the counters are zeroed once, when the
+// workspace is bound. Nothing waits for another CTA, so no launch order can hang it.
+namespace cutsearch_fixup {
+
+// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids.
+// TileM x TileN: the CTA tile, which sizes the workspace on the host.
+template <class Base, int Act, int TileM, int TileN>
+class FixupEpilogue : public cutsearch_staged::BaseTypes<Base> {
+ public:
+  using typename cutsearch_staged::BaseTypes<Base>::ElementD;
+  using typename cutsearch_staged::BaseTypes<Base>::StrideD;
+  using typename cutsearch_staged::BaseTypes<Base>::StrideC;
+  using typename cutsearch_staged::BaseTypes<Base>::GmemElementC;
+  using typename cutsearch_staged::BaseTypes<Base>::ThreadEpilogueOp;
+  using Arguments = typename Base::Arguments;
+  struct Params {
+    Arguments args;
+    unsigned* counters;  // one a tile
+    float* parts;        // [tile][slice][TileM * TileN], each in the accumulators' thread order
+  };
+  struct SharedStorage {
+    int last[2];  // a flag for each consumer warpgroup: pingpong runs two tiles at once
+  };
+  using TensorStorage = SharedStorage;
+
+  template <class ProblemShape>
+  static CUTLASS_HOST_DEVICE int64_t tiles(ProblemShape const& problem_shape) {
+    auto mnkl = cute::append<4>(problem_shape, 1);
+    return int64_t((int(cute::get<0>(mnkl)) + TileM - 1) / TileM) * ((int(cute::get<1>(mnkl)) + TileN - 1) / TileN);
+  }
+  static CUTLASS_HOST_DEVICE int64_t counter_bytes(int64_t tiles) { return (tiles * 4 + 255) / 256 * 256; }
+
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const& problem_shape, Arguments const&) {
+    const int64_t splits = cute::get<3>(cute::append<4>(problem_shape, 1));
+    return size_t(counter_bytes(tiles(problem_shape)) + tiles(problem_shape) * splits * TileM * TileN * 4);
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const& problem_shape, Arguments const&, void* workspace,
+                                              cudaStream_t stream, cutlass::CudaHostAdapter* = nullptr) {
+    const cudaError_t e = cudaMemsetAsync(workspace, 0, size_t(counter_bytes(tiles(problem_shape))), stream);
+    return e == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal;
+  }
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
+    char* ws = static_cast<char*>(workspace);
+    return {args, reinterpret_cast<unsigned*>(ws), reinterpret_cast<float*>(ws + counter_bytes(tiles(problem_shape)))};
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) { return true; }
+
+  CUTLASS_HOST_DEVICE explicit FixupEpilogue(Params const& params_) : params(params_) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return ThreadEpilogueOp(params.args.thread).is_source_needed(); }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
+                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
+                                 TiledMma tiled_mma, ResidueMNK residue_mnk, int thread_idx, char* smem_buf) {
+    using namespace cute;
+    static_assert(decltype(size<0>(BlockShapeMNK{}))::value == TileM &&
+                  decltype(size<1>(BlockShapeMNK{}))::value == TileN, "the CTA tile");
+    constexpr int Threads = size(TiledMma{});  // the consumer threads that share this tile
+    constexpr int Frag = size(FrgLayout{});
+    static_assert(Frag % 4 == 0 && Frag * Threads == TileM * TileN, "a whole tile in the accumulators");
+    constexpr int Quads = Frag / 4;
+
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord_mnkl;
+    const int splits = int(get<3>(problem_shape_mnkl));
+    const int tiles_n = (int(get<1>(problem_shape_mnkl)) + TileN - 1) / TileN;
+    const int64_t tile = int64_t(m_coord) * tiles_n + int64_t(n_coord);
+    // Each thread's fragment as float4s, at stride Threads: every store and load is coalesced.
+    auto part = [&](int slice) {
+      return reinterpret_cast<float4*>(params.parts) + (tile * splits + slice) * (TileM * TileN / 4) + thread_idx;
+    };
+    float4* mine = part(int(l_coord));
+    CUTLASS_PRAGMA_UNROLL
+    for (int q = 0; q < Quads; ++q) {
+      __stcg(mine + q * Threads, make_float4(accumulators(4 * q), accumulators(4 * q + 1), accumulators(4 * q + 2),
+                                             accumulators(4 * q + 3)));
+    }
+    __threadfence();  // the partial is visible before the count that announces it
+    const int group = Threads == 128 ? cutlass::canonical_warp_group_idx() - 1 : 0;
+    int* last = reinterpret_cast<SharedStorage*>(smem_buf)->last + group;
+    cutlass::arch::NamedBarrier::arrive_and_wait(Threads, group);
+    if (thread_idx == 0) *last = atomicInc(params.counters + tile, unsigned(splits - 1)) == unsigned(splits - 1);
+    cutlass::arch::NamedBarrier::arrive_and_wait(Threads, group);
+    if (!*last) return;
+    __threadfence();  // every other slice's partial is read after its count
+
+    float sum[Frag];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Frag; ++i) sum[i] = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float4* theirs = part(s);
+      CUTLASS_PRAGMA_UNROLL
+      for (int q = 0; q < Quads; ++q) {
+        const float4 p = s == int(l_coord) ? make_float4(accumulators(4 * q), accumulators(4 * q + 1),
+                                                         accumulators(4 * q + 2), accumulators(4 * q + 3))
+                                           : __ldcg(theirs + q * Threads);
+        sum[4 * q] += p.x; sum[4 * q + 1] += p.y; sum[4 * q + 2] += p.z; sum[4 * q + 3] += p.w;
+      }
+    }
+
+    // y from the sums, element by element where the tile's coordinates fall inside it (the
+    // outputs split-K serves are small). Batch index 0: the slices share one y.
+    const int res_m = int(get<0>(residue_mnk)), res_n = int(get<1>(residue_mnk));
+    const int64_t m0 = int64_t(m_coord) * TileM, n0 = int64_t(n_coord) * TileN;
+    ThreadEpilogueOp op(params.args.thread);
+    const bool source = op.is_source_needed();
+    const auto& thread = params.args.thread;
+    const float alpha = thread.alpha_ptr ? float(*thread.alpha_ptr) : float(thread.alpha);
+    const float beta = thread.beta_ptr ? float(*thread.beta_ptr) : float(thread.beta);
+    Tensor cTile = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
+    Tensor tCc = tiled_mma.get_thread_slice(thread_idx).partition_C(cTile);
+    static_assert(decltype(size(tCc))::value == Frag, "one coordinate an accumulator");
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Frag; ++i) {
+      const int r = int(get<0>(tCc(i))), c = int(get<1>(tCc(i)));
+      if (r < res_m && c < res_n) {
+        const int64_t gm = m0 + r, gn = n0 + c;
+        const float cv = source ? float(params.args.ptr_C[gm * get<0>(params.args.dC) + gn * get<1>(params.args.dC)]) : 0.f;
+        params.args.ptr_D[gm * get<0>(params.args.dD) + gn * get<1>(params.args.dD)] =
+            ElementD(cutsearch_reduce::activate<Act>(alpha * sum[i] + beta * cv));
+      }
+    }
+  }
+
+ private:
+  Params params;
+};
+
+}  // namespace cutsearch_fixup

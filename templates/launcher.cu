@@ -7,9 +7,10 @@
 //   pad_n > N  : the kernel writes a padded output that is copied into y, unless the caller
 //                accepts y padded (CS_IO_Y_PADDED: row pitch pad_n).
 // A transposed output (y^T, N x M) is a property of the kernel's D layout, not of this file.
-//   CS_SPLIT_K : K in `splits` slices on the kernel's batch dimension; the kernel writes fp32
+//   CS_SPLIT_K : K in `splits` slices on the kernel's batch dimension. 1: the kernel writes fp32
 //                partials into the workspace, and a second kernel sums them with the bias and
-//                activation into y.
+//                activation into y. 2: its own epilogue does (templates/epilogue.cuh, fixup), and
+//                the workspace's tile counters are zeroed once a binding, not before each call.
 //   CS_IO_PDL  : the call's kernels overlap launch and prologue with the kernel before them
 //                (programmatic dependent launch); each waits for the writes it reads.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
@@ -34,7 +35,7 @@ ${includes}
 
 ${copy_kernels}
 
-${staged_epilogue}
+${own_epilogues}
 
 // ==== one kernel ====
 // Everything below belongs to one kernel, in a namespace named by its content, so that several
@@ -109,6 +110,7 @@ struct cs_layer {
   typename Gemm::Arguments args{};
   Gemm gemm;
   size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0;
+  bool ws_zeroed = false;  // the fixup's counters, since the workspace was bound
   const void* x = nullptr;
   const void* w = nullptr;
   const void* bias = nullptr;
@@ -162,7 +164,7 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   h->kernel_ws = Gemm::get_workspace_size(probe);
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) ? size_t(m) * pad_k * sizeof(ElementA) : 0;
   h->y_pad_bytes = pad_n != n && !(io & CS_IO_Y_PADDED) ? size_t(m) * pad_n * sizeof(ElementD) : 0;
-  h->parts_bytes = CS_SPLIT_K ? size_t(h->splits) * h->km * h->kn * sizeof(ElementD) : 0;
+  h->parts_bytes = CS_SPLIT_K == 1 ? size_t(h->splits) * h->km * h->kn * sizeof(ElementD) : 0;
   *out = h;
   return 0;
 }
@@ -171,6 +173,7 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
   if (h->bound && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
+  if (!h->bound || workspace != h->ws) h->ws_zeroed = false;
   h->x = x; h->w = w; h->y = y; h->ws = static_cast<char*>(workspace); h->bias = bias;
   char* ws_kernel = h->ws;
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
@@ -220,7 +223,7 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   return 0;
 }
 
-// One layer call: the per-call transforms, the workspace reset stream-K and split-K need,
+// One layer call: the per-call transforms, the workspace reset stream-K needs,
 // and the kernel, all on `stream`, so they are captured by CUDA graphs and counted by timers.
 int cs_run(cs_layer* h, void* stream) {
   if (!h || !h->bound) return fail(h, "cs_run", "cs_bind was not called");
@@ -233,15 +236,18 @@ int cs_run(cs_layer* h, void* stream) {
                                    static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s,
                                    /*pdl=*/false, /*trigger=*/pdl);
   }
-  if (h->kernel_ws) {
+  // Stream-K and split-K's fixup count arrivals in the workspace: stream-K before every launch,
+  // the fixup once (its last arrival resets each counter).
+  if (h->kernel_ws && (CS_SPLIT_K != 2 || !h->ws_zeroed)) {
     cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
     if (st != cutlass::Status::kSuccess) return fail(h, "initialize_workspace", cutlassGetStatusString(st));
+    h->ws_zeroed = true;
   }
   // Overlap only with our own copy: a workspace reset in between is a memset, not a kernel. A
   // GEMM built without grid-dependency control would not wait for the copy's writes.
   cutlass::Status st = h->gemm.run(s, nullptr, CS_GDC && pdl && h->x_pad_bytes && !h->kernel_ws);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
-#if CS_SPLIT_K
+#if CS_SPLIT_K == 1
   // y is contiguous and unpadded here (the space's rule), in the partials' own order.
   cudaError_t re = cutsearch_reduce::launch_sum_splits<CS_SPLIT_ACT>(
       static_cast<ElementA*>(h->y), reinterpret_cast<const float*>(y_pad + round_up(h->y_pad_bytes, 256)),

@@ -234,6 +234,27 @@ def test_split_k_writes_fp32_partials_and_leaves_bias_and_activation_to_its_redu
     assert unit_group(plain) == unit_group(source)  # they can share a translation unit
 
 
+@pytest.mark.parametrize("kernel_schedule, tile_m", [("pingpong", 64), ("cooperative", 128)])
+def test_split_k_with_the_fixup_writes_y_itself_with_bias_and_activation(kernel_schedule, tile_m):
+    """The fixup epilogue takes the nosmem one's place: D in the layer's dtype (no fp32 partials
+    for a second kernel), the bias as a zero-stride C, the activation in the epilogue, sized by
+    the CTA tile for its workspace."""
+    layer = Layer(m=8, n=1000, k=8192, dtype="bf16", bias=True, activation="gelu")
+    config = coop(kernel_schedule=kernel_schedule, tile_m=tile_m, tile_n=16, epilogue_schedule="fixup",
+                  swap_ab=True, split_k=True)
+    source = _render(layer, config)
+    text = kernel_part(source)
+    assert ("Sm90TmaWarpSpecializedAdapter<\n    cutsearch_fixup::FixupEpilogue<CollectiveEpilogueNoSmem, "
+            f"2, {tile_m}, 16>>;") in text
+    assert operands(epilogue(source)) == [("cutlass::bfloat16_t", "cutlass::layout::ColumnMajor", 8)] * 2
+    assert (macro(source, "CS_SPLIT_K"), macro(source, "CS_BIAS_AS_C"), macro(source, "CS_HAS_ACT")) == (2, 1, 0)
+    assert "epi_fixup" in source.operation_name and source.code.count("class FixupEpilogue") == 1
+    assert "Sm90EVT" not in source.code
+    # With the reduction kernel instead: fp32 partials, CS_SPLIT_K 1.
+    kernel = _render(layer, dataclasses.replace(config, epilogue_schedule="tma"))
+    assert macro(kernel, "CS_SPLIT_K") == 1 and "class FixupEpilogue" not in kernel.code
+
+
 def test_stream_k_kernels_are_built_without_grid_dependency_control():
     """CUTLASS 4.2's stream-K scheduler does not compile with it; the launcher then never
     launches the GEMM early."""

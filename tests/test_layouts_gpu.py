@@ -1,5 +1,6 @@
 """The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
-y stored by the nosmem and staged epilogues, split-K with its reduction, and overlapped launches.
+y stored by the nosmem and staged epilogues, split-K with its reduction kernel or its fixup
+epilogue, and overlapped launches.
 
 Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
 the float64 reference: a candidate whose result were wrong in a layout would come back as a
@@ -8,6 +9,7 @@ Failure, not a Measurement. CI builds them (`nvcc`); the measurement needs a Hop
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 
@@ -57,6 +59,16 @@ CASES = {
     "split-k-m1": (dataclasses.replace(SMALL_M, m=1, activation="gelu"),
                    Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="tma",
                           split_k=True)),
+    # The slices summed by the GEMM's own epilogue: swapped, M = 1 on the cooperative schedule,
+    # and an output smaller than one tile.
+    "split-k-fixup-swapped": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="pingpong",
+                                              epilogue_schedule="fixup", swap_ab=True, split_k=True)),
+    "split-k-fixup-m1": (dataclasses.replace(SMALL_M, m=1, activation="gelu"),
+                         Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative",
+                                epilogue_schedule="fixup", split_k=True)),
+    "split-k-fixup-tiny-f16": (Layer(m=5, n=40, k=512, dtype="f16", bias=True, activation="relu"),
+                               Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong",
+                                      epilogue_schedule="fixup", split_k=True)),
 }
 
 
@@ -105,23 +117,32 @@ def test_overlapped_launches_compute_the_layer(built):
             assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
 
 
+@contextlib.contextmanager
+def created(built, name: str, splits: int = 1):
+    """A case's kernel opened and created for its layer: (layer, kp, lib, handle)."""
+    layer, config = CASES[name]
+    kp = kernel_problem(layer, config)
+    lib = open_library(built[name].library)
+    handle = ctypes.c_void_p()
+    assert lib.cs_create(ctypes.byref(handle), layer.m, layer.n, layer.k, kp.pad_n, kp.pad_k, 0, 1, 1, splits, 0, 0,
+                         io_flags(False, False)) == 0
+    try:
+        yield layer, kp, lib, handle
+    finally:
+        lib.cs_destroy(handle)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["y-stored-unaligned", "y-staged-silu", "x-and-y-copied"])
 def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name):
     """cs_bind rebuilds the kernel's arguments when W or b moves, not only when x or y does: a
     layer prepared again with new weights must not read the old buffers."""
     torch = pytest.importorskip("torch")
-    layer, config = CASES[name]
-    kp = kernel_problem(layer, config)
-    lib = open_library(built[name].library)
-    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    x = torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype)
-    act = {"none": lambda t: t, "silu": torch.nn.functional.silu}[layer.activation]
-    handle = ctypes.c_void_p()
-    assert lib.cs_create(ctypes.byref(handle), layer.m, layer.n, layer.k, kp.pad_n, kp.pad_k, 0, 1, 1, 1, 0, 0,
-                         io_flags(False, False)) == 0
-    try:
+    with created(built, name) as (layer, kp, lib, handle):
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+        gen = torch.Generator(device="cuda").manual_seed(3)
+        x = torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype)
+        act = {"none": lambda t: t, "silu": torch.nn.functional.silu}[layer.activation]
         ws = torch.empty(max(16, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
         y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
         earlier = []  # the previous weights stay allocated: each new pair has pointers of its own
@@ -137,5 +158,34 @@ def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name
             torch.cuda.synchronize()
             want = act(x.double() @ w[: layer.n, : layer.k].double().T + b[: layer.n].double())
             assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2
-    finally:
-        lib.cs_destroy(handle)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["split-k-fixup-swapped", "split-k-fixup-m1"])
+def test_the_fixup_gives_the_same_bits_call_after_call(built, name):
+    """The fixup's tile counters wrap back to zero on each tile's last slice, with no reset
+    between calls: 200 calls, and calls on a second workspace, all give the first call's bits
+    (the slices are summed in a fixed order), and those are the layer's result."""
+    torch = pytest.importorskip("torch")
+    splits = max(k.splits for k in knob_grid(CASES[name][1], CASES[name][0]))
+    with created(built, name, splits) as (layer, _, lib, handle):
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        x = torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype)
+        w = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
+        b = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+        act = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[layer.activation]
+        want = act(x.double() @ w.double().T + b.double())
+        stream = torch.cuda.current_stream().cuda_stream
+        results = []
+        for _ in range(2):  # a workspace of its own each time: its counters are zeroed at binding
+            ws = torch.full((lib.cs_workspace_size(handle),), 0xFF, dtype=torch.uint8, device="cuda")
+            y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
+            assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
+            for _ in range(100):
+                y.fill_(float("nan"))
+                assert lib.cs_run(handle, stream) == 0, lib.cs_error(handle)
+                results.append(y.clone())
+        torch.cuda.synchronize()
+        assert all(torch.equal(r, results[0]) for r in results)
+        assert float(torch.linalg.norm(results[0].double() - want) / torch.linalg.norm(want)) < 1e-2

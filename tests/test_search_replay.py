@@ -22,13 +22,13 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from cutsearch import tuner
+from cutsearch import model, tuner
 from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluation, ReplayEvaluator
 from cutsearch.outcome import Failure
 from cutsearch.problem import Layer
 from cutsearch.search import search
-from cutsearch.space import Config, Knobs, Space, invalid_reason
+from cutsearch.space import SCHEDULES, Config, Knobs, Space, invalid_reason
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "studies" / "recorded" / "h200-smoke"
@@ -439,8 +439,6 @@ EXHAUSTIVE = ROOT / "studies" / "recorded" / "h200x2-2026-11-30-exhaustive"
 
 def test_tpe_refuses_the_models_hopeless_tail_before_building_it(tmp_path):
     """On a recording of a whole space: pruned proposals cost no build and no budget."""
-    from cutsearch import model
-
     path = EXHAUSTIVE / "exhaustive-mlp_down-f16.json"
     layer = Layer.from_dict(json.loads(path.read_text())["layer"])
     hopeless = model.hopeless(layer, list(Space(layer)))
@@ -453,8 +451,6 @@ def test_tpe_refuses_the_models_hopeless_tail_before_building_it(tmp_path):
 
 
 def test_without_pruning_tpe_may_build_the_hopeless_tail(tmp_path):
-    from cutsearch import model
-
     path = EXHAUSTIVE / "exhaustive-mlp_down-f16.json"
     layer = Layer.from_dict(json.loads(path.read_text())["layer"])
     evaluator = replay(path, layer)
@@ -465,12 +461,15 @@ def test_without_pruning_tpe_may_build_the_hopeless_tail(tmp_path):
 SPLIT_RECORDING = ROOT / "studies" / "recorded" / "h200-2026-11-30-split-k" / "model-top24-decode-f16.json"
 
 
-def test_a_split_k_search_replays_its_recorded_h200_study(tmp_path):
+def test_a_split_k_search_replays_its_recorded_h200_study(tmp_path, monkeypatch):
     """The decode study run with split-K in the space (recorded on an H200): every config it
     measured, asked again through the search, comes back with its recorded time and knobs."""
     layer = Layer(m=16, n=4096, k=4096, bias=True)
     recorded = recording(SPLIT_RECORDING)
-    space = Space(layer, split_k=(False, True))
+    # The space and the model's order as they were recorded: split-K with its reduction kernel,
+    # before the fixup epilogue, and a model that took the builder's stage count for six.
+    space = Space(layer, split_k=(False, True), schedules=tuple(s for s in SCHEDULES if "/fixup/" not in s))
+    monkeypatch.setattr(model, "builder_stages", lambda config, dtype: 6)
     assert all(invalid_reason(layer, Config.from_dict(e["config"])) is None for e in recorded.values())
     result, trials = run(tmp_path, layer, replay(SPLIT_RECORDING, layer), space, trials=len(recorded),
                          sampler="model", batch=len(recorded))

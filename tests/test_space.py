@@ -8,7 +8,7 @@ import pytest
 
 from cutsearch.problem import Layer
 from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, TILE_K, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
-                             smem_bytes)
+                             smem_bytes, split_k_pays)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
 UNALIGNED_K = Layer(m=512, n=1024, k=999)
@@ -157,6 +157,40 @@ def test_split_k_is_searched_on_request_only_where_the_output_tiles_leave_sms_id
     assert "no split into 16-byte slices" in invalid_reason(dataclasses.replace(DECODE, k=264), split)
 
 
+def test_split_k_is_searched_by_default_only_where_one_kernel_would_idle_most_sms():
+    narrow = Layer(m=32, n=512, k=16384, bias=True)  # 16 tiles of 64x32 direct, 8 swapped
+    assert split_k_pays(narrow) and Space(narrow).dimensions()["split_k"] == (False, True)
+    assert "cooperative/fixup/persistent" in Space(narrow).dimensions()["schedule"]
+    assert Space(narrow, split_k=(False,)).dimensions()["split_k"] == (False,)
+    # decode: 128 tiles of 64x32 direct (64 swapped), where slices gained nothing on the H200
+    assert not split_k_pays(DECODE) and Space(DECODE).dimensions()["split_k"] == (False,)
+    assert not split_k_pays(dataclasses.replace(DECODE, m=1))
+    # 33 tiles is the edge: a quarter of 132 SMs.
+    assert split_k_pays(Layer(m=32, n=32 * 33, k=4096)) and not split_k_pays(Layer(m=32, n=32 * 34, k=4096))
+    assert Space(dataclasses.replace(narrow, k=16383)).dimensions()["split_k"] == (False,)  # no 16-byte slices
+    assert not split_k_pays(Layer(m=64, n=64, k=512))  # a short K: no slice would run long
+
+
+def test_the_fixup_epilogue_sums_split_k_slices_in_the_gemm_and_only_there():
+    fixup = cfg(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="pingpong", epilogue_schedule="fixup",
+                swap_ab=True, split_k=True)
+    assert invalid_reason(DECODE, fixup) is None
+    assert invalid_reason(dataclasses.replace(DECODE, activation="gelu"), fixup) is None  # it applies the activation
+    assert "it needs split-K" in invalid_reason(DECODE, dataclasses.replace(fixup, split_k=False))
+    assert fixup.key == "64x16x128_c1x1_pingpong_fixup_s0_persistent_swap_splitk"
+    # One kernel a call: its split counts are knobs, with no second launch to overlap.
+    grid = knob_grid(fixup, DECODE)
+    assert {k.splits for k in grid} == {2, 4, 8, 16} and {k.pdl for k in grid} == {0}
+    assert smem_bytes(fixup, "f16", 4) == smem_bytes(dataclasses.replace(fixup, epilogue_schedule="nosmem"), "f16", 4)
+    # Its schedules are offered only where split-K is searched.
+    assert not [s for s in Space(DECODE).dimensions()["schedule"] if "fixup" in s]
+    assert {s for s in Space(DECODE, split_k=(False, True)).dimensions()["schedule"] if "fixup" in s} == {
+        "pingpong/fixup/persistent", "cooperative/fixup/persistent"}
+    configs = list(Space(DECODE, split_k=(False, True)))
+    assert any(c.epilogue_schedule == "fixup" for c in configs)
+    assert all(c.split_k for c in configs if c.epilogue_schedule == "fixup")
+
+
 def test_split_k_knobs_cut_k_into_16_byte_slices_of_two_k_tiles_at_least():
     split = cfg(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="pingpong", swap_ab=True, split_k=True)
     grid = knob_grid(split, dataclasses.replace(DECODE, k=1536))
@@ -289,8 +323,9 @@ def test_schedule_dimension_holds_only_pairs_cutlass_accepts():
     for schedule in SCHEDULES:
         kernel, epilogue, scheduler = schedule.split("/")
         config = Config(tile_m=128, tile_n=128, tile_k=64, kernel_schedule=kernel, epilogue_schedule=epilogue,
-                        tile_scheduler=scheduler)
-        reason = invalid_reason(UNALIGNED_N if epilogue in ("nosmem", "staged") else ALIGNED, config)
+                        tile_scheduler=scheduler, split_k=epilogue == "fixup")
+        layer = UNALIGNED_N if epilogue in ("nosmem", "staged") else DECODE if epilogue == "fixup" else ALIGNED
+        reason = invalid_reason(layer, config)
         assert reason is None, (schedule, reason)
 
 

@@ -60,9 +60,10 @@ def search_cmd(
                                          "picks the count: on recorded H200 data explicit counts never won by "
                                          "more than 0.6%."),
     split_k: bool = typer.Option(False, "--split-k",
-                                 help="Also search split-K: K in slices, a second kernel sums them with the bias "
-                                      "and activation. Only where the output tiles leave SMs idle; on the H200 it "
-                                      "was at par with the best one-kernel GEMM for decode."),
+                                 help="Also search split-K wherever the output tiles leave SMs idle: K in "
+                                      "slices, summed by the GEMM's own epilogue or by a second kernel. Without "
+                                      "it, split-K is searched only where K >= 1024 and 64x32 tiles would busy a "
+                                      "quarter of the SMs or fewer; on the H200 it was at par for decode."),
     prune: bool = typer.Option(True, "--prune/--no-prune",
                                help="With TPE, skip configs the cost model predicts at 2x its best or slower."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),

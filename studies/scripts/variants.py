@@ -1,10 +1,11 @@
 """Measures the best recorded configs of a layer again, beside their variants, in one run on
 one GPU: choices the default space leaves out (`space`: 256-deep k-tiles, clusters of four;
-`split-k`), the staged epilogue in place of the nosmem one, direct and swapped (`staged`), and
-CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224).
+`split-k`), split-K summed by the GEMM's own epilogue at the base's tile and at tiles twice as
+large in M or N (`fixup`), the staged epilogue in place of the nosmem one, direct and swapped
+(`staged`), and CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224).
 
     python studies/scripts/variants.py RECORDING.json OUT.json [--top 4] [--jobs 16]
-                                       [--kinds space,split-k,staged,tiles]
+                                       [--kinds space,split-k,fixup,staged,tiles]
 
 RECORDING is an exhaustive recording of the layer (studies/recorded/...): its `top` fastest
 configs are the bases. Every base and variant is built, checked against the float64 reference
@@ -26,7 +27,7 @@ from cutsearch.problem import Layer
 from cutsearch.space import CLUSTERS, TILE_K, TILE_N, Config, invalid_reason, split_k_helps
 
 
-KINDS = ("space", "split-k", "staged", "tiles")
+KINDS = ("space", "split-k", "fixup", "staged", "tiles")
 
 
 def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list[Config]:
@@ -37,6 +38,11 @@ def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list
                 out.append(dataclasses.replace(base, tile_k=tile_k, cluster_m=cm, cluster_n=cn))
     if "split-k" in kinds and split_k_helps(layer):
         out.append(dataclasses.replace(base, split_k=True))  # its slice counts are run-time knobs
+    if "fixup" in kinds and split_k_helps(layer):
+        # Slices multiply the CTAs, so tiles twice as large in M or N fill the SMs again.
+        fixup = dataclasses.replace(base, split_k=True, epilogue_schedule="fixup")
+        out += [fixup, dataclasses.replace(fixup, tile_n=2 * base.tile_n),
+                dataclasses.replace(fixup, tile_m=2 * base.tile_m)]
     if "staged" in kinds and base.epilogue_schedule == "nosmem":
         staged = dataclasses.replace(base, epilogue_schedule="staged")
         out += [staged, dataclasses.replace(staged, swap_ab=not base.swap_ab)]
@@ -73,23 +79,29 @@ def main() -> None:
     if unknown := set(kinds) - set(KINDS):
         ap.error(f"unknown kinds: {', '.join(sorted(unknown))}")
     layer, bases = best_recorded(args.recording, args.top)
+    measure(layer, bases, kinds, args.out, study=f"variants-{layer.slug}", jobs=args.jobs,
+            command=f"python studies/scripts/variants.py {args.recording} OUT --top {args.top} --kinds {args.kinds}")
+
+
+def measure(layer: Layer, bases: list[Config], kinds: tuple[str, ...], out: Path, *, study: str, command: str,
+            jobs: int | None) -> None:
+    """Build, check and time `bases` and their variants of `kinds` on this GPU; record them in
+    `out` and print them fastest first."""
     configs = list(dict.fromkeys(bases + [v for b in bases for v in variants(layer, b, kinds)]))
     print(f"{layer.shape}: {len(bases)} bases, {len(configs) - len(bases)} variants", flush=True)
-    ev = GpuEvaluator(cache_dir=Path(tempfile.mkdtemp()), jobs=args.jobs)
+    ev = GpuEvaluator(cache_dir=Path(tempfile.mkdtemp()), jobs=jobs)
     try:
         results = list(ev.evaluate(layer, configs))
         gpu = ev.device().name
     finally:
         ev.close()
-    save_recording(args.out, layer, results, study=f"variants-{layer.slug}", gpu=gpu,
-                   date=datetime.date.today().isoformat(),
-                   command=f"python studies/scripts/variants.py {args.recording} OUT --top {args.top} --kinds {args.kinds}",
-                   bases=[b.key for b in bases])
+    save_recording(out, layer, results, study=study, gpu=gpu, date=datetime.date.today().isoformat(),
+                   command=command, bases=[b.key for b in bases])
     for r in sorted(results, key=lambda r: r.outcome.median_us if isinstance(r.outcome, Measurement) else 1e9):
         o = r.outcome
         tag = "base" if r.config in bases else "variant"
         if isinstance(o, Measurement):
-            print(f"{o.median_us:8.2f} µs  {o.speedup:5.2f}x  {tag:7}  {r.config.key}", flush=True)
+            print(f"{o.median_us:8.2f} µs  {o.speedup:5.2f}x  {tag:7}  {r.config.key}  {o.knobs.to_dict()}", flush=True)
         else:
             print(f"  failed ({o.kind.value})  {tag:7}  {r.config.key}: {o.message[:120]}", flush=True)
 

@@ -45,7 +45,10 @@ const char* cs_kernel_name(void);
 #define CS_IO_PDL 4
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
               int raster, int swizzle, int splits, int decomposition, int reduction, int io);
-/* Bytes of device workspace the caller provides to cs_bind. */
+/* Bytes of device workspace the caller provides to cs_bind. Keep it for this layer alone while
+   bound: a kernel that sums split-K slices in its epilogue keeps tile counters there between
+   calls (they return to zero after each call; a newly bound workspace is zeroed by the next
+   cs_run). */
 size_t cs_workspace_size(const cs_layer* layer);
 /* Prepares the kernel's arguments; cheap when the pointers are the same as last time. */
 int cs_bind(cs_layer* layer, const void* x, const void* w, const void* bias, void* y, void* workspace);

@@ -295,7 +295,8 @@ class Space:
         vec = 16 // BYTES[self.layer.dtype]
         aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0
         pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
-        offered = aligned and split_k_helps(self.layer)
+        contiguous = self.layer.input == "contiguous" and self.layer.output == "contiguous"
+        offered = aligned and contiguous and split_k_helps(self.layer)
         wanted = self.split_k if self.split_k is not None else (False, True) if split_k_pays(self.layer) else (False,)
         split = tuple(v for v in wanted if offered or not v) or (False,)
         # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.

@@ -147,6 +147,8 @@ def test_split_k_is_searched_on_request_only_where_the_output_tiles_leave_sms_id
     assert Space(DECODE, split_k=both).dimensions()["split_k"] == both
     assert Space(ALIGNED, split_k=both).dimensions()["split_k"] == (False,)  # 4096 x 4096: 1024 128x128 tiles
     assert Space(ODD, split_k=both).dimensions()["split_k"] == (False,)  # the slices need 16-byte rows
+    for io in ({"input": "padded"}, {"output": "transposed"}, {"output": "padded"}):  # x and y as they are
+        assert Space(dataclasses.replace(DECODE, **io), split_k=both).dimensions()["split_k"] == (False,)
     split = cfg(tile_m=64, tile_n=16, kernel_schedule="pingpong", swap_ab=True, split_k=True)
     assert invalid_reason(DECODE, split) is None
     assert split.key.endswith("_swap_splitk") and Config.from_dict(split.to_dict()) == split

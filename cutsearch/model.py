@@ -80,8 +80,8 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         compute_s = waves * math.ceil(k_iters / splits) * step_s
         # Stream-K and the fixup epilogue fix up tiles through the workspace; otherwise split-K's
         # fp32 partials are written and read back by its reduction kernel.
-        fixup = config.epilogue_schedule == "fixup" or not config.split_k
-        partials = tiles * tm * tn if fixup else kp.m * kp.n
+        in_workspace = config.epilogue_schedule == "fixup" or not config.split_k
+        partials = tiles * tm * tn if in_workspace else kp.m * kp.n
         reduce_s = partials * 4 * 2 * splits / PEAK_BYTES_PER_S
     else:
         waves = math.ceil(tiles / slots)

@@ -129,19 +129,21 @@ def _cutlass():
 
 
 _KERNEL_SCHEDULES = {"auto": "ScheduleAuto", "pingpong": "TmaWarpSpecializedPingpong",
-                     "cooperative": "TmaWarpSpecializedCooperative"}
+                     "cooperative": "TmaWarpSpecializedCooperative", "ws": "TmaWarpSpecialized"}
 _EPILOGUE_SCHEDULES = {
     ("auto", "auto"): "ScheduleAuto",
     ("pingpong", "tma"): "TmaWarpSpecialized",
     ("cooperative", "tma"): "TmaWarpSpecializedCooperative",
     ("pingpong", "nosmem"): "NoSmemWarpSpecialized",
     ("cooperative", "nosmem"): "NoSmemWarpSpecialized",
+    ("ws", "tma"): "TmaWarpSpecialized",
+    ("ws", "nosmem"): "NoSmemWarpSpecialized",
     # Emitted as nosmem, then given the staged or fixup epilogue (templates/epilogue.cuh).
     ("cooperative", "staged"): "NoSmemWarpSpecialized",
     ("pingpong", "fixup"): "NoSmemWarpSpecialized",
     ("cooperative", "fixup"): "NoSmemWarpSpecialized",
 }
-_TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK"}
+_TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK", "grid": "Default"}
 _GDC_DEFINE = "#ifndef CUTLASS_ENABLE_GDC_FOR_SM90\n#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#endif"
 
 

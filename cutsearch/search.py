@@ -171,8 +171,12 @@ def _adapt(layer: Layer, space: Space, config: Config) -> Config | None:
         config = dataclasses.replace(config, stages=dims["stages"][0])
     if config.split_k not in dims["split_k"]:
         config = dataclasses.replace(config, split_k=False)
-    for candidate in (config, dataclasses.replace(config, kernel_schedule="pingpong", epilogue_schedule="tma"),
-                      dataclasses.replace(config, kernel_schedule="cooperative", epilogue_schedule="tma")):
+    # A grid of all the tiles is the ws schedule's alone: the others take the persistent scheduler.
+    scheduler = "persistent" if config.tile_scheduler == "grid" else config.tile_scheduler
+    for candidate in (config, dataclasses.replace(config, kernel_schedule="pingpong", epilogue_schedule="tma",
+                                                  tile_scheduler=scheduler),
+                      dataclasses.replace(config, kernel_schedule="cooperative", epilogue_schedule="tma",
+                                          tile_scheduler=scheduler)):
         params = Space.params_from_config(candidate)
         # A prior from a wider space (a cluster of four, say) is no choice of this one.
         if invalid_reason(layer, candidate) is None and all(params[d] in dims[d] for d in dims):

@@ -22,14 +22,16 @@ CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))
 # What the default space searches; `Space(layer, tile_k=TILE_K, clusters=CLUSTERS)` searches all.
 DEFAULT_TILE_K = (32, 64, 128)
 DEFAULT_CLUSTERS = ((1, 1), (2, 1), (1, 2))
-KERNEL_SCHEDULES = ("auto", "pingpong", "cooperative")
+# "ws": CUTLASS's KernelTmaWarpSpecialized, one consumer warpgroup and one output tile a CTA,
+# launched as a grid of all the tiles (tile scheduler "grid") rather than persistently.
+KERNEL_SCHEDULES = ("auto", "pingpong", "cooperative", "ws")
 # "fixup": split-K's slices summed by the GEMM's own epilogue, which then writes y (templates/epilogue.cuh).
 EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem", "staged", "fixup")
 # Epilogues that store y with ordinary stores, so rows of any pitch: "nosmem" from the
 # accumulators' layout, "staged" through shared memory, a row at a time (templates/epilogue.cuh).
 SIMT_EPILOGUES = ("nosmem", "staged")
 STAGED_WARPS = 8  # the staged epilogue runs in cooperative kernels: 8 consumer warps store at once
-TILE_SCHEDULERS = ("persistent", "streamk")
+TILE_SCHEDULERS = ("persistent", "streamk", "grid")
 # Kernel schedule / epilogue schedule / tile scheduler: the combinations CUTLASS accepts on
 # SM90, searched as one dimension so that the sampler never proposes a mismatched pair.
 SCHEDULES = (
@@ -38,6 +40,10 @@ SCHEDULES = (
     "cooperative/tma/persistent", "cooperative/nosmem/persistent", "cooperative/staged/persistent",
     "cooperative/tma/streamk", "cooperative/nosmem/streamk", "cooperative/staged/streamk",
     "pingpong/fixup/persistent", "cooperative/fixup/persistent",
+    # Where one wave of CTAs covers the output, the non-persistent kernel skips the persistent
+    # scheduler: on the H200 each of 12 such configs of decode and small_batch was 0.2-0.7 µs
+    # faster than its pingpong twin (studies/recorded/h200x2-2026-12-01-ws/).
+    "ws/tma/grid", "ws/nosmem/grid",
 )
 STAGES = (0, 2, 3, 4, 5, 6, 7)  # 0: the CollectiveBuilder fits as many as shared memory allows
 # The default space leaves the stage count to the CollectiveBuilder. In 64 recorded H200 pairs
@@ -168,7 +174,13 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "the pingpong schedule gives each warpgroup a whole tile: tile M must be <= 128"
     if c.tile_scheduler == "streamk" and c.kernel_schedule != "cooperative":
         return "the stream-K tile scheduler needs the cooperative kernel schedule"
-    # Cooperative splits the tile over two warpgroups; pingpong gives each one a whole tile.
+    if (c.kernel_schedule == "ws") != (c.tile_scheduler == "grid"):
+        return "the ws kernel schedule, and only it, launches a grid of all the tiles"
+    if c.kernel_schedule == "ws" and c.tile_m > 128:
+        return "the ws schedule gives one warpgroup the whole tile: tile M must be <= 128"
+    if c.kernel_schedule == "ws" and c.epilogue_schedule not in ("tma", "nosmem"):
+        return "the ws schedule takes the TMA or the nosmem epilogue"
+    # Cooperative splits the tile over two warpgroups; pingpong and ws give each one a whole tile.
     warpgroups = 2 if c.kernel_schedule == "cooperative" or (c.kernel_schedule == "auto" and c.tile_m >= 128) else 1
     if c.tile_m * c.tile_n > 128 * 128 * warpgroups:
         return f"a {c.tile_m}x{c.tile_n} fp32 accumulator needs over 128 registers a thread in each warpgroup"
@@ -205,11 +217,20 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         reason = _split_k_invalid(layer, c, kp)
         if reason:
             return reason
+    if c.kernel_schedule == "ws" and output_ctas(kp, c) > SM_COUNT:
+        return (f"the ws schedule launches a CTA a tile: {output_ctas(kp, c)} tiles are more than one wave of "
+                f"{SM_COUNT} SMs, which the persistent schedules serve")
     if -(-kp.m // c.tile_m) < c.cluster_m:
         return "cluster along M is larger than the problem"
     if -(-kp.n // c.tile_n) < c.cluster_n:
         return "cluster along N is larger than the problem"
     return None
+
+
+def output_ctas(kp: KernelProblem, config: Config) -> int:
+    """The CTAs that cover the output once, one tile each; a partial cluster launches whole."""
+    tiles_m, tiles_n = -(-kp.m // config.tile_m), -(-kp.n // config.tile_n)
+    return (-(-tiles_m // config.cluster_m) * config.cluster_m) * (-(-tiles_n // config.cluster_n) * config.cluster_n)
 
 
 def split_k_helps(layer: Layer) -> bool:
@@ -263,6 +284,8 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
     if config.split_k:
         grid = [Knobs(raster=r, swizzle=sw, splits=s) for r in (1, 2) for sw in (1, 4)
                 for s in k_splits(config, kp, layer.dtype)]
+    if config.tile_scheduler == "grid":
+        grid = [Knobs()]  # the grid is the tiles in order: nothing to raster or swizzle
     if copies(layer, kp) or (config.split_k and config.epilogue_schedule != "fixup"):
         # Launch overlap matters only between kernels of one call: a copy or the split-K
         # reduction kernel, and the GEMM.

@@ -109,14 +109,21 @@ def test_launcher_wraps_the_emitted_kernel_type():
     (Layer(m=256, n=1001, k=1024), coop(epilogue_schedule="nosmem", tile_scheduler="streamk"),
      "cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::NoSmemWarpSpecialized",
      "StreamKScheduler"),
+    (LAYER, coop(kernel_schedule="ws", tile_scheduler="grid"), "cutlass::gemm::KernelTmaWarpSpecialized",
+     "cutlass::epilogue::TmaWarpSpecialized", None),
+    (Layer(m=256, n=1001, k=1024), coop(kernel_schedule="ws", epilogue_schedule="nosmem", tile_scheduler="grid"),
+     "cutlass::gemm::KernelTmaWarpSpecialized", "cutlass::epilogue::NoSmemWarpSpecialized", None),
 ], ids=["auto", "pingpong-tma", "cooperative-tma", "cooperative-streamk", "pingpong-nosmem",
-        "cooperative-nosmem-streamk"])
+        "cooperative-nosmem-streamk", "ws-tma-grid", "ws-nosmem-grid"])
 def test_schedules_and_tile_scheduler_reach_the_kernel(layer, config, kernel, epi, scheduler):
     source = _render(layer, config)
     assert re.search(rf"{re.escape(kernel)}\s*$", mainloop(source), re.M)
     # The exact tag: TmaWarpSpecialized must not match TmaWarpSpecializedCooperative.
     assert re.search(rf"{re.escape(epi)}\s*$", epilogue(source), re.M)
-    assert f"cutlass::gemm::{scheduler}\n" in kernel_part(source)
+    if scheduler is None:  # a grid of all the tiles: CUTLASS's non-persistent kernel takes no scheduler
+        assert re.search(r"CollectiveEpilogue,\s*void\s*>", kernel_part(source))
+    else:
+        assert f"cutlass::gemm::{scheduler}\n" in kernel_part(source)
 
 
 def test_explicit_stage_count_replaces_the_auto_carveout():

@@ -1,6 +1,6 @@
 """The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
 y stored by the nosmem and staged epilogues, split-K with its reduction kernel or its fixup
-epilogue, and overlapped launches.
+epilogue, the non-persistent ws kernel, and overlapped launches.
 
 Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
 the float64 reference: a candidate whose result were wrong in a layout would come back as a
@@ -69,6 +69,14 @@ CASES = {
     "split-k-fixup-tiny-f16": (Layer(m=5, n=40, k=512, dtype="f16", bias=True, activation="relu"),
                                Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong",
                                       epilogue_schedule="fixup", split_k=True)),
+    # The non-persistent kernel (a grid of all the tiles): swapped with a cluster, y's unaligned
+    # rows stored by nosmem, and M = 1 with x and y copied.
+    "ws-swapped-cluster": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
+                                           epilogue_schedule="tma", tile_scheduler="grid", swap_ab=True)),
+    "ws-y-stored-unaligned": (BIAS_ONLY, dataclasses.replace(NOSMEM, kernel_schedule="ws", tile_scheduler="grid")),
+    "ws-m1-gelu-f16": (dataclasses.replace(BASE, m=1, dtype="f16", activation="gelu"),
+                       Config(tile_m=128, tile_n=64, tile_k=64, cluster_n=2, kernel_schedule="ws",
+                              epilogue_schedule="tma", tile_scheduler="grid", pad=True)),
 }
 
 

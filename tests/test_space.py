@@ -14,6 +14,7 @@ ALIGNED = Layer(m=4096, n=4096, k=4096)
 UNALIGNED_K = Layer(m=512, n=1024, k=999)
 UNALIGNED_N = Layer(m=512, n=1001, k=1024)
 ODD = Layer(m=3000, n=1001, k=999, dtype="bf16", bias=True, activation="gelu")
+SMALL = Layer(m=256, n=1024, k=1024)
 
 
 def cfg(**kw) -> Config:
@@ -57,6 +58,18 @@ def cfg(**kw) -> Config:
     (ALIGNED, cfg(tile_m=96), "CTA tile 96x128x64 is outside the space"),
     (ALIGNED, cfg(cluster_m=2, cluster_n=4), "cluster 2x4 is outside the space"),
     (ALIGNED, cfg(tile_scheduler="splitk"), "unknown tile scheduler 'splitk'"),
+    (ALIGNED, cfg(kernel_schedule="ws"), "the ws kernel schedule, and only it, launches a grid of all the tiles"),
+    (ALIGNED, cfg(kernel_schedule="pingpong", tile_scheduler="grid"), "the ws kernel schedule, and only it"),
+    (ALIGNED, cfg(tile_m=256, tile_n=64, kernel_schedule="ws", tile_scheduler="grid"),
+     "the ws schedule gives one warpgroup the whole tile: tile M must be <= 128"),
+    (ALIGNED, cfg(tile_m=128, tile_n=192, kernel_schedule="ws", tile_scheduler="grid"),
+     "128x192 fp32 accumulator needs over 128 registers"),
+    (ALIGNED, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid"),
+     "the ws schedule launches a CTA a tile: 2048 tiles are more than one wave of 132 SMs"),
+    (UNALIGNED_N, cfg(kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="staged"),
+     "the ws schedule takes the TMA or the nosmem epilogue"),
+    (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=16, kernel_schedule="ws", tile_scheduler="grid", split_k=True),
+     "split-K runs on the persistent scheduler"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     assert reason in (invalid_reason(layer, config) or "")
@@ -79,9 +92,21 @@ def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     (UNALIGNED_N, cfg(pad=True)),
     (ODD, cfg(pad=True, swap_ab=True)),
     (ALIGNED, Config(tile_m=128, tile_n=128, tile_k=64)),                 # both schedules auto
+    (SMALL, cfg(kernel_schedule="ws", tile_scheduler="grid")),            # 128x128 in one warpgroup
+    (UNALIGNED_N, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="nosmem")),
 ], ids=lambda v: v.key if isinstance(v, Config) else None)
 def test_configs_that_follow_every_rule_are_valid(layer, config):
     assert invalid_reason(layer, config) is None
+
+
+@pytest.mark.parametrize("tiles_m, cluster_m, valid", [(132, 1, True), (133, 1, False), (131, 2, True),
+                                                        (133, 2, False)])
+def test_the_ws_schedule_is_offered_where_one_wave_covers_the_output(tiles_m, cluster_m, valid):
+    """A partial cluster launches whole: 131 tiles in clusters of two are 132 CTAs."""
+    ws = cfg(tile_m=64, tile_n=64, cluster_m=cluster_m, kernel_schedule="ws", tile_scheduler="grid")
+    reason = invalid_reason(Layer(m=64 * tiles_m - 5, n=64, k=1024), ws)
+    assert (reason is None) == valid, reason
+    assert valid or "more than one wave of 132 SMs" in reason
 
 
 def test_explicit_stages_are_checked_against_shared_memory_auto_stages_are_not():
@@ -257,6 +282,12 @@ def test_persistent_kernels_search_raster_order_and_swizzle():
     assert all(k.splits == 1 and k.decomposition == 0 and k.reduction == 0 for k in grid)
 
 
+def test_a_grid_of_all_the_tiles_has_no_knob_but_the_launch_overlap_of_its_copies():
+    ws = cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid")
+    assert knob_grid(ws, ALIGNED) == [Knobs()]
+    assert knob_grid(dataclasses.replace(ws, pad=True), UNALIGNED_K) == [Knobs(), Knobs(pdl=1)]
+
+
 def test_stream_k_kernels_search_stream_k_data_parallel_and_split_k():
     config = cfg(tile_k=128, tile_scheduler="streamk")
     grid = knob_grid(config, Layer(m=4096, n=4096, k=1024))  # 8 k-tiles
@@ -311,7 +342,7 @@ def test_iteration_yields_only_valid_distinct_configs():
     assert all(invalid_reason(UNALIGNED_N, c) is None for c in configs)
     assert len({c.key for c in configs}) == len(configs)
     assert {c.pad for c in configs} == {False, True}
-    assert {c.tile_scheduler for c in configs} == {"persistent", "streamk"}
+    assert {c.tile_scheduler for c in configs} == {"persistent", "streamk", "grid"}
 
 
 def test_padding_is_searched_only_where_the_layer_is_unaligned():
@@ -327,6 +358,8 @@ def test_schedule_dimension_holds_only_pairs_cutlass_accepts():
         config = Config(tile_m=128, tile_n=128, tile_k=64, kernel_schedule=kernel, epilogue_schedule=epilogue,
                         tile_scheduler=scheduler, split_k=epilogue == "fixup")
         layer = UNALIGNED_N if epilogue in ("nosmem", "staged") else DECODE if epilogue == "fixup" else ALIGNED
+        if kernel == "ws":  # one wave of tiles
+            layer = dataclasses.replace(layer, m=256)
         reason = invalid_reason(layer, config)
         assert reason is None, (schedule, reason)
 

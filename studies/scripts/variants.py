@@ -2,10 +2,11 @@
 one GPU: choices the default space leaves out (`space`: 256-deep k-tiles, clusters of four;
 `split-k`), split-K summed by the GEMM's own epilogue at the base's tile and at tiles twice as
 large in M or N (`fixup`), the staged epilogue in place of the nosmem one, direct and swapped
-(`staged`), and CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224).
+(`staged`), CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224), and the same
+tile on CUTLASS's non-persistent warp-specialized kernel, one CTA a tile (`ws`).
 
     python studies/scripts/variants.py RECORDING.json OUT.json [--top 4] [--jobs 16]
-                                       [--kinds space,split-k,fixup,staged,tiles]
+                                       [--kinds space,split-k,fixup,staged,tiles,ws]
 
 RECORDING is an exhaustive recording of the layer (studies/recorded/...): its `top` fastest
 configs are the bases. Every base and variant is built, checked against the float64 reference
@@ -27,7 +28,7 @@ from cutsearch.problem import Layer
 from cutsearch.space import CLUSTERS, TILE_K, TILE_N, Config, invalid_reason, split_k_helps
 
 
-KINDS = ("space", "split-k", "fixup", "staged", "tiles")
+KINDS = ("space", "split-k", "fixup", "staged", "tiles", "ws")
 
 
 def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list[Config]:
@@ -48,6 +49,8 @@ def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list
         out += [staged, dataclasses.replace(staged, swap_ab=not base.swap_ab)]
     if "tiles" in kinds:
         out += [dataclasses.replace(base, tile_n=n) for n in TILE_N if n & (n - 1)]  # not a power of two
+    if "ws" in kinds and not base.split_k:
+        out.append(dataclasses.replace(base, kernel_schedule="ws", tile_scheduler="grid"))
     return [c for c in dict.fromkeys(out) if c != base and invalid_reason(layer, c) is None]
 
 

@@ -8,6 +8,7 @@ sampler reaches them within a few trials.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import signal
@@ -500,3 +501,21 @@ def test_a_new_study_starts_from_priors_only_where_they_are_choices_of_its_space
     assert top[0] == plain and not set(wide) & set(top)
     dims = Space(layer).dimensions()
     assert all(Space.params_from_config(c)[d] in dims[d] for c in top for d in dims)
+
+
+def test_each_prior_is_followed_by_its_grid_twin_where_one_wave_covers_the_output():
+    """A winner found before the ws schedule is a persistent kernel; its twin on one wave of
+    tiles is measured with it. Where the tiles need more than one wave there is no twin."""
+    from cutsearch.search import first_configs
+
+    prior = Config(tile_m=64, tile_n=32, tile_k=128, cluster_n=2, kernel_schedule="pingpong", epilogue_schedule="tma",
+                   swap_ab=True)
+    twin = dataclasses.replace(prior, kernel_schedule="ws", tile_scheduler="grid")
+    small = Layer(m=256, n=1024, k=1024, bias=True)  # 64 tiles
+    assert first_configs(small, Space(small), 8, priors=(prior,))[:2] == [prior, twin]
+    big = Layer(m=4096, n=1024, k=1024, bias=True)  # 2048 tiles
+    top = first_configs(big, Space(big), 8, priors=(prior,))
+    assert top[0] == prior and all(c.kernel_schedule != "ws" for c in top)
+    # A space without the ws schedule gets no twin either.
+    plain = Space(small, schedules=tuple(s for s in SCHEDULES if not s.startswith("ws/")))
+    assert all(c.kernel_schedule != "ws" for c in first_configs(small, plain, 8, priors=(prior,)))

@@ -213,6 +213,10 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return f"the {c.epilogue_schedule} epilogue only serves unaligned output rows; the TMA epilogue is faster"
     if c.epilogue_schedule == "fixup" and not c.split_k:
         return "the fixup epilogue sums split-K slices: it needs split-K"
+    if c.epilogue_schedule == "fixup" and c.tile_m * c.tile_n >= 128 * 128 * warpgroups:
+        # ptxas (nvcc 13.0): 940-1928 bytes of spills for each of 128x128, 64x256 (pingpong),
+        # 128x256 and 256x128 (cooperative); none for 64x192 pingpong.
+        return "the fixup epilogue beside 128 accumulator registers a thread spills registers"
     if c.split_k:
         reason = _split_k_invalid(layer, c, kp)
         if reason:

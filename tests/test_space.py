@@ -64,6 +64,9 @@ def cfg(**kw) -> Config:
      "the ws schedule gives one warpgroup the whole tile: tile M must be <= 128"),
     (ALIGNED, cfg(tile_m=128, tile_n=192, kernel_schedule="ws", tile_scheduler="grid"),
      "128x192 fp32 accumulator needs over 128 registers"),
+    (Layer(m=16, n=4096, k=4096), cfg(kernel_schedule="pingpong", epilogue_schedule="fixup", split_k=True),
+     "the fixup epilogue beside 128 accumulator registers a thread spills registers"),
+    (Layer(m=16, n=4096, k=4096), cfg(tile_n=256, epilogue_schedule="fixup", split_k=True), "spills registers"),
     (ALIGNED, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid"),
      "the ws schedule launches a CTA a tile: 2048 tiles are more than one wave of 132 SMs"),
     (UNALIGNED_N, cfg(kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="staged"),
@@ -93,6 +96,8 @@ def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     (ODD, cfg(pad=True, swap_ab=True)),
     (ALIGNED, Config(tile_m=128, tile_n=128, tile_k=64)),                 # both schedules auto
     (SMALL, cfg(kernel_schedule="ws", tile_scheduler="grid")),            # 128x128 in one warpgroup
+    (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=192, kernel_schedule="pingpong", epilogue_schedule="fixup",
+                                      split_k=True)),                    # the fixup's largest pingpong tile
     (UNALIGNED_N, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="nosmem")),
 ], ids=lambda v: v.key if isinstance(v, Config) else None)
 def test_configs_that_follow_every_rule_are_valid(layer, config):
@@ -355,8 +360,8 @@ def test_padding_is_searched_only_where_the_layer_is_unaligned():
 def test_schedule_dimension_holds_only_pairs_cutlass_accepts():
     for schedule in SCHEDULES:
         kernel, epilogue, scheduler = schedule.split("/")
-        config = Config(tile_m=128, tile_n=128, tile_k=64, kernel_schedule=kernel, epilogue_schedule=epilogue,
-                        tile_scheduler=scheduler, split_k=epilogue == "fixup")
+        config = Config(tile_m=128, tile_n=64 if epilogue == "fixup" else 128, tile_k=64, kernel_schedule=kernel,
+                        epilogue_schedule=epilogue, tile_scheduler=scheduler, split_k=epilogue == "fixup")
         layer = UNALIGNED_N if epilogue in ("nosmem", "staged") else DECODE if epilogue == "fixup" else ALIGNED
         if kernel == "ws":  # one wave of tiles
             layer = dataclasses.replace(layer, m=256)

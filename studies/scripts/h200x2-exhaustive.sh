@@ -10,6 +10,9 @@
 #                                               empty compile cache, timed on the wall clock
 #   h200x2-exhaustive.sh exported LAYER         export that default search's winner, and run the
 #                                               loader and profile GPU tests on the export
+#   h200x2-exhaustive.sh variants LAYER         the TOP (default 4) best configs of the layer's
+#                                               exhaustive recording beside their variants of
+#                                               KINDS (variants.py --kinds), into DIR
 # GPU (default 0) and CPUS (default all) say where each runs, so that two can share the host:
 # one GPU each, and 16 CPUs for `default`, as on the one-H200 host.
 # LAYER is decode, asr_out, unaligned or small_batch: f16 layers of studies/suite.toml.
@@ -79,5 +82,11 @@ case "$what" in
       -p no:cacheprovider tests/test_loader_gpu.py tests/test_profile_gpu.py > "$OUT/$study.loader-tests.log" 2>&1
     cp "/tmp/export-$1/meta.json" "$OUT/$study.export.json" 2>/dev/null
     tail -3 "$OUT/$study.export.log" "$OUT/$study.loader-tests.log" ;;
-  *) echo "usage: $0 setup|tests|record LAYER...|default LAYER...|exported LAYER" >&2; exit 2 ;;
+  variants)
+    mkdir -p "$DIR"
+    timeout "${VARIANTS_TIMEOUT:-330}" taskset -c "$CPUS" python3 "$(dirname "$0")/variants.py" \
+      "studies/recorded/h200x2-2026-11-30-exhaustive/exhaustive-$1-f16.json" "$DIR/variants-$1-f16.json" \
+      --top "${TOP:-4}" --kinds "$KINDS" --jobs 16 > "$DIR/variants-$1-f16.log" 2>&1
+    echo "== $1"; head -30 "$DIR/variants-$1-f16.log" ;;
+  *) echo "usage: $0 setup|tests|record LAYER...|default LAYER...|exported LAYER|variants LAYER" >&2; exit 2 ;;
 esac

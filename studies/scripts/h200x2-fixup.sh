@@ -10,10 +10,7 @@ bash "$here/h200x2-exhaustive.sh" setup || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 mkdir -p /tmp/fixup
 variants() {  # GPU CPUS LAYER
-  CUDA_VISIBLE_DEVICES=$1 timeout "${VARIANTS_TIMEOUT:-330}" taskset -c "$2" python3 "$here/variants.py" \
-    "studies/recorded/h200x2-2026-11-30-exhaustive/exhaustive-$3-f16.json" "/tmp/fixup/variants-$3-f16.json" \
-    --top "${TOP:-4}" --kinds split-k,fixup --jobs 16 > "/tmp/fixup/variants-$3-f16.log" 2>&1
-  echo "== $3"; head -30 "/tmp/fixup/variants-$3-f16.log"
+  GPU=$1 CPUS=$2 DIR=/tmp/fixup KINDS=split-k,fixup bash "$here/h200x2-exhaustive.sh" variants "$3"
 }
 variants 1 16-31 decode &
 (

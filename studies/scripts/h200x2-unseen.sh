@@ -4,6 +4,7 @@
 # each, default 140), then the export of its winner used as an application would
 # (studies/scripts/use_export.py). Everything lands in $OUT/unseen.tgz ($OUT keeps at most 8 files).
 # GPUS="1" runs every layer on GPU 1 alone (CPUs 16-31), leaving GPU 0 to other work.
+# SEARCH_ARGS adds options to each search (--split-k, say).
 #   h200x2-unseen.sh [LAYERS.toml]
 set -u
 here=$(dirname "$0")
@@ -17,7 +18,7 @@ run() {  # GPU CPUS NAME SEARCH-ARGS...
   local gpu=$1 cpus=$2 name=$3; shift 3
   local start; start=$(date +%s)
   # shellcheck disable=SC2068
-  CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 -m cutsearch search $@ --study "$name" \
+  CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 -m cutsearch search $@ ${SEARCH_ARGS:-} --study "$name" \
     --studies-dir "$dir" --timeout "${LIMIT:-140}s" > "$dir/$name.log" 2>&1
   echo "{\"layer\": \"$name\", \"args\": \"$*\", \"cpus\": \"$cpus\", \"wall_s\": $(($(date +%s) - start))}" \
     > "$dir/$name.wall.json"

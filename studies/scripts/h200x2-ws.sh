@@ -8,12 +8,9 @@ set -u
 here=$(dirname "$0")
 bash "$here/h200x2-exhaustive.sh" setup || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-mkdir -p /tmp/ws
-variants() {  # GPU CPUS LAYER
-  CUDA_VISIBLE_DEVICES=$1 timeout "${VARIANTS_TIMEOUT:-300}" taskset -c "$2" python3 "$here/variants.py" \
-    "studies/recorded/h200x2-2026-11-30-exhaustive/exhaustive-$3-f16.json" "/tmp/ws/variants-$3-f16.json" \
-    --top "${TOP:-6}" --kinds ws --jobs 16 > "/tmp/ws/variants-$3-f16.log" 2>&1
-  echo "== $3"; head -20 "/tmp/ws/variants-$3-f16.log"
+variants() {  # GPU CPUS LAYER; each branch starts with one, which makes /tmp/ws
+  GPU=$1 CPUS=$2 DIR=/tmp/ws KINDS=ws TOP=${TOP:-6} VARIANTS_TIMEOUT=${VARIANTS_TIMEOUT:-300} \
+    bash "$here/h200x2-exhaustive.sh" variants "$3"
 }
 (variants 0 0-15 decode; variants 0 0-15 asr_out) &
 (

@@ -65,15 +65,23 @@ def counts(trial: optuna.trial.FrozenTrial) -> bool:
             and (trial.user_attrs.get("failure") or {}).get("kind") != "interrupted")
 
 
+# Recorded H200 measurements of every config of small_batch's default space (before the ws schedule).
+RECORDED = ROOT / "studies" / "recorded" / "h200x2-2026-11-30-exhaustive" / "exhaustive-small_batch-f16.json"
+RECORDED_LAYER = ["--m", "256", "--n", "1024", "--k", "1024", "--bias"]
+
+
 def test_two_workers_reach_the_target_exactly_without_evaluating_a_config_twice(storage, tmp_path):
     study = f"dist-{uuid.uuid4().hex[:10]}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Each replayed config takes 0.25 s, so one worker alone would need about 4 s: the other,
+    # started with it, takes part however slowly the machine starts Python. With predictions,
+    # which take no time, one worker could finish alone.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUTSEARCH_REPLAY_DELAY_S": "0.25"}
     where = ["--storage", storage] if storage else []
+    replay = ["--evaluator", "replay", "--recording", str(RECORDED)]
     # The study, with its layer, from one search; the workers read the layer from it.
-    finish(cutsearch("search", *LAYER, "--evaluator", "model", "--trials", "1", "--study", study, *where,
-                     env=env))
-    workers = [cutsearch("worker", "--study", study, *where, "--evaluator", "model", "--trials", str(TARGET),
-                         "--batch", "2", env=env) for _ in range(2)]
+    finish(cutsearch("search", *RECORDED_LAYER, *replay, "--trials", "1", "--study", study, *where, env=env))
+    workers = [cutsearch("worker", "--study", study, *where, *replay, "--trials", str(TARGET), "--batch", "2",
+                         env=env) for _ in range(2)]
     for w in workers:
         finish(w)
 
@@ -103,8 +111,7 @@ def test_two_workers_reach_the_target_exactly_without_evaluating_a_config_twice(
         assert all(len(who) == 1 for who in evaluated_by.values()), evaluated_by
 
         # A worker that joins a finished study adds nothing.
-        finish(cutsearch("worker", "--study", study, *where, "--evaluator", "model", "--trials", str(TARGET),
-                         env=env))
+        finish(cutsearch("worker", "--study", study, *where, *replay, "--trials", str(TARGET), env=env))
         again = optuna.load_study(study_name=study, storage=store).get_trials(deepcopy=False)
         assert sum(map(counts, again)) == TARGET
     finally:

@@ -119,8 +119,11 @@ def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
         line += ", padded"
     if c.get("split_k"):
         line += f", split-K in {knobs.get('splits', 2)} slices"
-    raster = {0: "heuristic", 1: "along M", 2: "along N"}[knobs.get("raster", 0)]
-    line += f"; raster {raster}, swizzle {knobs.get('swizzle', 1)}"
+    if c["tile_scheduler"] == "grid":
+        line += "; a CTA per tile"  # no scheduler: nothing to raster or swizzle
+    else:
+        raster = {0: "heuristic", 1: "along M", 2: "along N"}[knobs.get("raster", 0)]
+        line += f"; raster {raster}, swizzle {knobs.get('swizzle', 1)}"
     if knobs.get("splits", 1) > 1 and not c.get("split_k"):
         line += f", splits {knobs['splits']}"
     if knobs.get("pdl"):

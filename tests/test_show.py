@@ -146,3 +146,16 @@ def test_summary_shows_the_floor_with_a_launch_as_the_most_any_kernel_could_gain
     print_summary(Console(file=buffer, width=120), summary)
     assert "floor + empty kernel" in buffer.getvalue() and "at most 1.60x" in buffer.getvalue()
     assert "empty kernel 4.6 µs" in buffer.getvalue()
+
+
+def test_a_grid_winner_is_described_without_raster_or_swizzle():
+    """A ws kernel launches a CTA per tile, with no scheduler whose order the knobs would set."""
+    from cutsearch.console import _config_line
+
+    grid = {"tile_m": 64, "tile_n": 16, "tile_k": 128, "cluster_m": 2, "cluster_n": 1, "kernel_schedule": "ws",
+            "epilogue_schedule": "tma", "stages": 0, "tile_scheduler": "grid", "swap_ab": True, "pad": False}
+    line = _config_line(grid, {"raster": 0, "swizzle": 1})
+    assert "ws/tma" in line and "grid" in line and "a CTA per tile" in line and "raster" not in line
+    persistent = _config_line({**grid, "kernel_schedule": "pingpong", "tile_scheduler": "persistent"},
+                              {"raster": 2, "swizzle": 4})
+    assert "raster along N, swizzle 4" in persistent and "a CTA per tile" not in persistent

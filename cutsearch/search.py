@@ -171,11 +171,14 @@ def _grid_twin(layer: Layer, space: Space, config: Config) -> Config | None:
     winner found before that schedule existed is a persistent kernel; on one wave of tiles each of
     12 measured twins was faster."""
     twin = dataclasses.replace(config, kernel_schedule="ws", tile_scheduler="grid")
-    params = Space.params_from_config(twin)
+    return twin if not config.split_k and _offered(layer, space, twin) else None
+
+
+def _offered(layer: Layer, space: Space, config: Config) -> bool:
+    """Whether `config` is valid for `layer` and a choice of every dimension of `space`."""
+    params = Space.params_from_config(config)
     dims = space.dimensions()
-    if config.split_k or invalid_reason(layer, twin) is not None or not all(params[d] in dims[d] for d in dims):
-        return None
-    return twin
+    return invalid_reason(layer, config) is None and all(params[d] in dims[d] for d in dims)
 
 
 def _adapt(layer: Layer, space: Space, config: Config) -> Config | None:
@@ -192,9 +195,8 @@ def _adapt(layer: Layer, space: Space, config: Config) -> Config | None:
                                                   tile_scheduler=scheduler),
                       dataclasses.replace(config, kernel_schedule="cooperative", epilogue_schedule="tma",
                                           tile_scheduler=scheduler)):
-        params = Space.params_from_config(candidate)
         # A prior from a wider space (a cluster of four, say) is no choice of this one.
-        if invalid_reason(layer, candidate) is None and all(params[d] in dims[d] for d in dims):
+        if _offered(layer, space, candidate):
             return candidate
     return None
 

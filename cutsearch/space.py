@@ -221,9 +221,9 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         reason = _split_k_invalid(layer, c, kp)
         if reason:
             return reason
-    if c.kernel_schedule == "ws" and output_ctas(kp, c) > SM_COUNT:
-        return (f"the ws schedule launches a CTA a tile: {output_ctas(kp, c)} tiles are more than one wave of "
-                f"{SM_COUNT} SMs, which the persistent schedules serve")
+    if c.kernel_schedule == "ws" and (ctas := output_ctas(kp, c)) > SM_COUNT:
+        return (f"the ws schedule launches a CTA a tile: {ctas} tiles are more than one wave of {SM_COUNT} SMs, "
+                "which the persistent schedules serve")
     if -(-kp.m // c.tile_m) < c.cluster_m:
         return "cluster along M is larger than the problem"
     if -(-kp.n // c.tile_n) < c.cluster_n:

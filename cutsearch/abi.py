@@ -11,10 +11,12 @@ ABI_VERSION = 3
 IO_X_PADDED = 1
 IO_Y_PADDED = 2
 IO_PDL = 4  # programmatic dependent launch between the call's copies and its GEMM
+IO_X_VIEWS = 8  # unaligned x read in place through row views instead of copied (space.RowViews)
 
 
-def io_flags(x_padded: bool, y_padded: bool, pdl: bool = False) -> int:
-    return (IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0) | (IO_PDL if pdl else 0)
+def io_flags(x_padded: bool, y_padded: bool, pdl: bool = False, views: bool = False) -> int:
+    return ((IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0) | (IO_PDL if pdl else 0)
+            | (IO_X_VIEWS if views else 0))
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:

@@ -15,7 +15,7 @@ import string
 from pathlib import Path
 
 from cutsearch.problem import Layer
-from cutsearch.space import SIMT_EPILOGUES, STAGED_WARPS, Config, kernel_problem
+from cutsearch.space import SIMT_EPILOGUES, STAGED_WARPS, Config, kernel_problem, row_views
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 if not TEMPLATES.is_dir():  # installed as a wheel: the templates ship inside the package
@@ -214,6 +214,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
         name = operation.procedural_name()
         if config.epilogue_schedule in ("staged", "fixup"):
             kernel, name = _replace_nosmem_epilogue(kernel, name, layer, config)
+        if fn is not None and row_views(layer) is not None:
+            kernel = _batched_visitor_output(kernel)
     except KeyError as exc:
         raise CodegenError(f"no such schedule in this CUTLASS: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the interface raises bare Exception for invalid configs
@@ -227,11 +229,20 @@ def render(layer: Layer, config: Config) -> KernelSource:
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
                            split_k=(2 if fixup else 1) if config.split_k else 0,
-                           split_act=ACTIVATIONS[layer.activation])
+                           split_act=ACTIVATIONS[layer.activation], y_transposed=int(layer.output == "transposed"))
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
                         cutlass_version=cutlass_version())
+
+
+def _batched_visitor_output(kernel: str) -> str:
+    """Give a visitor tree's D a batch stride: traced from one matrix, it is fixed at zero, and
+    x's row views store their rows of y as a batch (space.RowViews)."""
+    patched, count = re.subn(r"(using StrideD = cute::Stride<[^;]*), cute::Int<0>>;", r"\1, int64_t>;", kernel)
+    if count != 1:
+        raise CodegenError("the visitor tree's StrideD has no zero batch stride to replace")
+    return patched
 
 
 def _cta_tile_descriptor(kernel: str, config: Config) -> str:

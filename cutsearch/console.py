@@ -116,7 +116,7 @@ def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
     if c["swap_ab"]:
         line += ", A/B swapped"
     if c["pad"]:
-        line += ", padded"
+        line += ", x read in place through row views" if knobs.get("views") else ", padded"
     if c.get("split_k"):
         line += f", split-K in {knobs.get('splits', 2)} slices"
     if c["tile_scheduler"] == "grid":

@@ -192,7 +192,7 @@ class FcLayer:
                                    kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
                                    kn.get("decomposition", 0), kn.get("reduction", 0),
                                    io_flags(self.spec.input == "padded", self.spec.output == "padded",
-                                            bool(kn.get("pdl", 0)))):
+                                            bool(kn.get("pdl", 0)), bool(kn.get("views", 0)))):
                 raise RuntimeError("cutsearch: cs_create failed")
             self._workspace[m] = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
             found = self._handles[m] = (handle, _Tensor(self._workspace[m]).ptr)

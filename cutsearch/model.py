@@ -12,7 +12,8 @@ import dataclasses
 import math
 
 from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
-from cutsearch.space import SM_COUNT, SMEM_BYTES, Config, Knobs, kernel_problem, output_ctas, smem_bytes
+from cutsearch.space import (SM_COUNT, SMEM_BYTES, Config, Knobs, kernel_problem, output_ctas, row_views, smem_bytes,
+                             views_apply)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +51,23 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     e = BYTES[layer.dtype]
     tm, tn, tk = config.tile_m, config.tile_n, config.tile_k
     cluster = config.cluster_m * config.cluster_n
-    tiles = output_ctas(kp, config)  # clusters launch whole: a partial cluster still occupies its SMs
+    # Row views: a batch of P GEMMs of M / P rows against P shifted copies of W, and no x copy.
+    views = row_views(layer) if knobs is not None and knobs.views and views_apply(layer, config) else None
+    batches = 1
+    if views is not None:
+        rows = layer.m // views.count
+        kp = dataclasses.replace(kp, m=kp.m if config.swap_ab else rows, n=rows if config.swap_ab else kp.n,
+                                 k=views.k)
+        batches = views.count
+    tiles = output_ctas(kp, config) * batches  # clusters launch whole: a partial cluster still occupies its SMs
     k_iters = math.ceil(kp.k / tk)
     per_sm_flops = PEAK_FLOPS / SM_COUNT
     # A tile's time: the MMA rate, or the operand feed when the tile is thin.
     tile_flops = 2 * tm * tn * tk
     tile_bytes = (tm + tn) * tk * e / (1.25 if cluster > 1 else 1.0)  # multicast halves one operand's traffic
     # Operand traffic that L2 cannot serve from reuse comes from DRAM, at a lower per-SM rate.
-    traffic = tiles * k_iters * (tm + tn) * tk * e
-    unique = (kp.m * kp.k + kp.n * kp.k) * e
+    traffic = tiles * k_iters * (min(tm, kp.m) + min(tn, kp.n)) * tk * e
+    unique = (kp.m * kp.k + kp.n * kp.k) * e * batches
     dram_share = min(1.0, unique / traffic) if traffic else 1.0
     feed = 1.0 / (dram_share / coeff.dram_feed_bytes_per_s + (1 - dram_share) / coeff.l2_feed_bytes_per_s)
     step_s = max(tile_flops / per_sm_flops, tile_bytes / feed) + coeff.k_step_us * 1e-6
@@ -86,7 +95,7 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         compute_s = waves * k_iters * step_s
         reduce_s = 0.0
     # DRAM: every operand once, the padded output once.
-    dram = (kp.m * kp.k + kp.n * kp.k + kp.m * kp.n) * e + (layer.n * e if layer.bias else 0)
+    dram = unique + kp.m * kp.n * e * batches + (layer.n * e if layer.bias else 0)
     memory_s = dram / PEAK_BYTES_PER_S
     t = max(compute_s, memory_s) + reduce_s
     t_us = t * 1e6 + coeff.launch_us + waves * coeff.tile_fill_us
@@ -94,11 +103,12 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         column_major_d = config.swap_ab != (layer.output == "transposed")
         fast = column_major_d if config.epilogue_schedule == "nosmem" else not column_major_d
         rate = coeff.store_column_bytes_per_s if fast else coeff.store_row_bytes_per_s
-        t_us += kp.m * kp.n * e / rate * 1e6
-    # Per-call transforms: a pitched copy reads and writes its bytes once.
-    if kp.pad_k != layer.k:
+        t_us += kp.m * kp.n * batches * e / rate * 1e6
+    # Per-call transforms: a pitched copy reads and writes its bytes once. A caller's padded
+    # buffers need none.
+    if kp.pad_k != layer.k and layer.input == "contiguous" and views is None:
         t_us += coeff.copy_overhead_us + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6
-    if kp.pad_n != layer.n:
+    if kp.pad_n != layer.n and layer.output == "contiguous":
         t_us += coeff.copy_overhead_us + 2 * layer.m * layer.n * e / PEAK_BYTES_PER_S * 1e6
     if config.tile_scheduler == "streamk":
         t_us += coeff.copy_overhead_us  # the workspace reset before every launch

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import Any, Iterator
 
-from cutsearch.problem import BYTES, Layer, alignment, pad_to
+from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, Layer, alignment, pad_to
 
 TILE_M = (64, 128, 256)
 # N between the powers of two fills the SMs better where N is not a multiple of 128: on the H200,
@@ -102,11 +103,13 @@ class Knobs:
     decomposition: int = 0  # 0 heuristic, 1 data-parallel, 2 split-K, 3 stream-K
     reduction: int = 0      # 0 deterministic, 1 nondeterministic (split-K partials in any order)
     pdl: int = 0            # 1: the call's copies and GEMM overlap (programmatic dependent launch)
+    views: int = 0          # 1: the GEMM reads unaligned x in place through row views (see RowViews)
 
     def to_dict(self) -> dict[str, int]:
         d = dataclasses.asdict(self)
-        if not self.pdl:
-            del d["pdl"]  # as recordings and exports made before the knob have it
+        for name in ("pdl", "views"):
+            if not d[name]:
+                del d[name]  # as recordings and exports made before the knob have it
         return d
 
 
@@ -290,16 +293,82 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
                 for s in k_splits(config, kp, layer.dtype)]
     if config.tile_scheduler == "grid":
         grid = [Knobs()]  # the grid is the tiles in order: nothing to raster or swizzle
-    if copies(layer, kp) or (config.split_k and config.epilogue_schedule != "fixup"):
-        # Launch overlap matters only between kernels of one call: a copy or the split-K
-        # reduction kernel, and the GEMM.
-        grid += [dataclasses.replace(k, pdl=1) for k in grid]
+    if views_apply(layer, config):
+        grid += [dataclasses.replace(k, views=1) for k in grid]
+    # Launch overlap matters only between kernels of one call: a copy or the split-K reduction
+    # kernel, and the GEMM.
+    reduces = config.split_k and config.epilogue_schedule != "fixup"
+    grid += [dataclasses.replace(k, pdl=1) for k in grid if copies(layer, kp, k) or reduces]
     return grid
 
 
-def copies(layer: Layer, kp: KernelProblem) -> bool:
+def copies(layer: Layer, kp: KernelProblem, knobs: Knobs | None = None) -> bool:
     """Whether a call copies x into a padded buffer or y out of one, beside the GEMM."""
-    return (kp.pad_k != layer.k and layer.input != "padded") or (kp.pad_n != layer.n and layer.output == "contiguous")
+    copies_x = kp.pad_k != layer.k and layer.input != "padded" and not (knobs and knobs.views)
+    return copies_x or (kp.pad_n != layer.n and layer.output == "contiguous")
+
+
+@dataclasses.dataclass(frozen=True)
+class RowViews:
+    """x read in place, without its per-call copy, where its rows are not 16-byte aligned.
+
+    Row r of x starts r * K elements in. Rows i, i + P, i + 2P, ... (view i) are P * K apart,
+    a 16-byte multiple. View i is read from the 16-byte boundary at or below its first row,
+    i * (K - q) elements in (q = K mod the 16-byte vector), so each of its rows arrives shifted
+    right by s_i = i * q elements, with the previous row's tail in front and the next row's
+    head behind. W' holds P copies of W, copy i shifted right by s_i with zeros around it, so
+    view i times W'_i is exactly rows i, i + P, ... of x @ W^T (the neighbours' elements meet
+    zeros; x must be finite). The kernel runs the P views as a batch of M / P rows each, with
+    K' = K + (P - 1) q, a vector multiple, so the last view's last row ends where x ends.
+    """
+
+    count: int   # P: views, the batch of the kernel
+    shift: int   # q: each view's rows start q elements further right than the previous view's
+    k: int       # K': the kernel's K, W' rows
+
+    def shifts(self) -> tuple[int, ...]:
+        return tuple(i * self.shift for i in range(self.count))
+
+
+def row_views(layer: Layer) -> RowViews | None:
+    """The views that read this layer's x in place, or None where its rows are aligned, x comes
+    padded, y is y^T (a view's rows of y^T are not unit-stride), or P does not divide M."""
+    vec = 16 // BYTES[layer.dtype]
+    q = layer.k % vec
+    if not q or layer.input != "contiguous" or layer.output == "transposed":
+        return None
+    count = vec // math.gcd(layer.k, vec)
+    if layer.m % count:
+        return None
+    return RowViews(count=count, shift=q, k=layer.k + (count - 1) * q)
+
+
+def transforms(layer: Layer, config: Config, knobs: dict[str, int]) -> dict[str, Any]:
+    """The layer transforms a measured kernel applies (`knobs` as its measurement records them)."""
+    kp = kernel_problem(layer, config)
+    out: dict[str, Any] = {"swap_ab": config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k}
+    views = row_views(layer) if knobs.get("views") and views_apply(layer, config) else None
+    if views is not None:
+        out["x_views"] = dataclasses.asdict(views)
+    return out
+
+
+def views_apply(layer: Layer, config: Config) -> bool:
+    """Whether the views may replace this config's copy of x: not under split-K's batch, and
+    only where reading W's extra copies could take at most VIEWS_MAX_COST times as long as the
+    copy (its launch, and its bytes read and written once), at the H200's bandwidth."""
+    kp = kernel_problem(layer, config)
+    views = row_views(layer)
+    if kp.pad_k == layer.k or config.split_k or views is None:
+        return False
+    e = BYTES[layer.dtype]
+    extra_us = (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6
+    copy_us = COPY_LAUNCH_US + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6
+    return extra_us <= VIEWS_MAX_COST * copy_us
+
+
+VIEWS_MAX_COST = 4
+COPY_LAUNCH_US = 2.0  # a copy kernel's launch and drain beside the GEMM (the model's copy_overhead_us)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from cutsearch import persist
 from cutsearch.problem import Layer
 from cutsearch.search import SearchResult
-from cutsearch.space import kernel_problem
+from cutsearch.space import transforms as layer_transforms
 from cutsearch.workspace import Workspace
 
 
@@ -31,9 +31,8 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
         return {**base, "cublas_us": best.cublas_us if best else None, "cutsearch_us": best.cublas_us if best else None,
                 "speedup": 1.0 if best and best.cublas_us else None, "fallback": True, "kernel_us": None,
                 "config": None, "transforms": None, "note": "no correct kernel was measured"}
-    kp = kernel_problem(layer, best.config)
     measurement = best.evaluation["measurement"]
-    transforms = {"swap_ab": best.config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k, "knobs": measurement["knobs"]}
+    transforms = {**layer_transforms(layer, best.config, measurement["knobs"]), "knobs": measurement["knobs"]}
     # The roofline floor plus an empty kernel timed in the same run: no call is faster, so
     # cuBLAS over it is the most any kernel could gain here.
     if best.empty_kernel_us:

@@ -22,7 +22,7 @@ from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
 from cutsearch.problem import Layer
 from cutsearch.search import BATCH_PER_JOB, SearchResult, TrialRecord, default_cache_dir, search
-from cutsearch.space import DEFAULT_STAGES, STAGES, Space, kernel_problem
+from cutsearch.space import DEFAULT_STAGES, STAGES, Space, transforms
 from cutsearch.workspace import Workspace
 
 EVALUATORS = ("gpu", "replay", "model")
@@ -174,11 +174,10 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, ev: Evaluator, 
     entry = ev.compiler.cache.get(best.evaluation["kernel_key"])
     if entry is None:
         return
-    kp = kernel_problem(layer, best.config)
     meas = best.evaluation["measurement"]
     meta = {
         "layer": layer.to_dict(), "config": best.config.to_dict(), "knobs": meas["knobs"],
-        "transforms": {"swap_ab": best.config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k},
+        "transforms": transforms(layer, best.config, meas["knobs"]),
         "timing_us": meas["timing"], "cublas_us": best.cublas_us, "speedup": best.speedup,
         "floor_us": layer.floor_us, "trial": best.number, "arch": "sm_90a",
         "gpu": toolchain.gpu, "nvcc": toolchain.nvcc, "cutlass": toolchain.cutlass,

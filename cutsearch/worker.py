@@ -275,7 +275,7 @@ def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | F
         handle = ctypes.c_void_p()
         if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, r.pad_n, r.pad_k, torch.cuda.current_device(),
                          knobs.raster, knobs.swizzle, knobs.splits, knobs.decomposition, knobs.reduction,
-                         io_flags(x_padded, y_padded, bool(knobs.pdl))):
+                         io_flags(x_padded, y_padded, bool(knobs.pdl), bool(knobs.views))):
             raise RuntimeError("cs_create failed")
         handles.append(handle)
         workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")

@@ -13,6 +13,10 @@
 //                the workspace's tile counters are zeroed once a binding, not before each call.
 //   CS_IO_PDL  : the call's kernels overlap launch and prologue with the kernel before them
 //                (programmatic dependent launch); each waits for the writes it reads.
+//   CS_IO_X_VIEWS : instead of copying x (pad_k > K), read it in place as P row views, a batch
+//                of M / P rows each, against P shifted copies of W that the first call after
+//                binding builds in the workspace (cutsearch.space.RowViews). Ignored where x
+//                comes padded or P does not divide M: x is then copied.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
 
 // Before any include, for CUTLASS's SM90 kernels to wait for the kernel before them only where
@@ -50,6 +54,7 @@ namespace ${namespace} {
 #define CS_GDC ${gdc}
 #define CS_SPLIT_K ${split_k}
 #define CS_SPLIT_ACT ${split_act}
+#define CS_Y_TRANSPOSED ${y_transposed}
 
 // ---- kernel emitted by the CUTLASS Python interface ----------------------------------------
 ${kernel_source}
@@ -95,22 +100,38 @@ void set_scheduler(S& s, int raster, int swizzle, int splits, int decomposition,
 
 [[maybe_unused]] inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// Whether a stride's batch mode is a run-time value: a visitor-tree epilogue traced for one
+// matrix fixes D's at zero, and then the views' batch cannot be stored.
+template <class S>
+constexpr bool batched = !cute::is_static<std::remove_cv_t<std::remove_reference_t<
+    decltype(cute::get<2>(std::declval<S&>()))>>>::value;
+constexpr bool kBatchedD = batched<StrideD>;
+
+// A template, so that the assignment to a static batch stride is discarded rather than compiled.
+template <class S>
+void set_batch_stride(S& s, int64_t v) {
+  if constexpr (batched<S>) cute::get<2>(s) = v;
+}
+
 }  // namespace cutsearch_impl
 
 using namespace cutsearch_impl;
 
-enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4 };
+enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4, CS_IO_X_VIEWS = 8 };
 
 struct cs_layer {
   int m, n, k, pad_n, pad_k, io;
   int km, kn, kk;  // the kernel's problem after the transforms
-  int splits = 1;  // its batch count: K slices under CS_SPLIT_K
+  int splits = 1;  // K slices under CS_SPLIT_K
+  int views = 1, view_shift = 0;  // x's row views (P) and each one's shift (q) under CS_IO_X_VIEWS
+  int batches = 1;  // the kernel's batch: the K slices or the views
   cutlass::KernelHardwareInfo hw;
   SchedulerArgs scheduler{};
   typename Gemm::Arguments args{};
   Gemm gemm;
-  size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0;
+  size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0, w_views_bytes = 0;
   bool ws_zeroed = false;  // the fixup's counters, since the workspace was bound
+  bool w_views_built = false;  // W's shifted copies, since W or the workspace was bound
   const void* x = nullptr;
   const void* w = nullptr;
   const void* bias = nullptr;
@@ -132,8 +153,10 @@ const char* cs_kernel_name(void) { return "${operation_name}"; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
 size_t cs_workspace_size(const cs_layer* h) {
   return h ? round_up(h->kernel_ws, 256) + round_up(h->x_pad_bytes, 256) + round_up(h->y_pad_bytes, 256) +
-             h->parts_bytes : 0;
+             round_up(h->parts_bytes, 256) + h->w_views_bytes : 0;
 }
+
+[[maybe_unused]] static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
 // raster: 0 heuristic, 1 along M, 2 along N. decomposition: 0 heuristic, 1 data-parallel,
 // 2 split-K, 3 stream-K. reduction: 0 deterministic, 1 nondeterministic (split partials
@@ -146,23 +169,32 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return 1;
   h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k; h->io = io;
-  h->km = CS_SWAP_AB ? pad_n : m;
-  h->kn = CS_SWAP_AB ? m : pad_n;
   h->kk = pad_k;
+  const int vec = int(16 / sizeof(ElementA));
 #if CS_SPLIT_K
   // Each slice a 16-byte multiple, as TMA needs of the batch stride.
-  if (splits < 2 || pad_k % (splits * int(16 / sizeof(ElementA))) != 0) { delete h; return 1; }
-  h->splits = splits;
+  if (splits < 2 || pad_k % (splits * vec) != 0) { delete h; return 1; }
+  h->splits = h->batches = splits;
   h->kk = pad_k / splits;
+#elif !CS_Y_TRANSPOSED
+  if (kBatchedD && (io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m % (vec / gcd(k, vec)) == 0) {
+    h->views = h->batches = vec / gcd(k, vec);
+    h->view_shift = k % vec;
+    h->kk = k + (h->views - 1) * h->view_shift;  // a vector multiple: the last view ends where x does
+  }
 #endif
+  h->km = CS_SWAP_AB ? pad_n : m / h->views;
+  h->kn = CS_SWAP_AB ? m / h->views : pad_n;
   h->hw.device_id = device;
   h->hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
   set_scheduler(h->scheduler, raster, swizzle, splits, decomposition, reduction);
   // Sizes depend on the problem and scheduler only, so the workspace is known before binding.
   typename Gemm::Arguments probe = {cutlass::gemm::GemmUniversalMode::kGemm,
-                                    {h->km, h->kn, h->kk, h->splits}, {}, {}, h->hw, h->scheduler};
+                                    {h->km, h->kn, h->kk, h->batches}, {}, {}, h->hw, h->scheduler};
   h->kernel_ws = Gemm::get_workspace_size(probe);
-  h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) ? size_t(m) * pad_k * sizeof(ElementA) : 0;
+  h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 ? size_t(m) * pad_k * sizeof(ElementA) : 0;
+  // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
+  h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
   h->y_pad_bytes = pad_n != n && !(io & CS_IO_Y_PADDED) ? size_t(m) * pad_n * sizeof(ElementD) : 0;
   h->parts_bytes = CS_SPLIT_K == 1 ? size_t(h->splits) * h->km * h->kn * sizeof(ElementD) : 0;
   *out = h;
@@ -174,26 +206,40 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   if (!h) return 1;
   if (h->bound && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   if (!h->bound || workspace != h->ws) h->ws_zeroed = false;
+  if (!h->bound || workspace != h->ws || w != h->w) h->w_views_built = false;
   h->x = x; h->w = w; h->y = y; h->ws = static_cast<char*>(workspace); h->bias = bias;
   char* ws_kernel = h->ws;
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
   char* parts = y_pad + round_up(h->y_pad_bytes, 256);
+  char* w_views = parts + round_up(h->parts_bytes, 256);
   const void* x_eff = h->x_pad_bytes ? static_cast<const void*>(x_pad) : x;
+  const void* w_eff = h->views > 1 ? static_cast<const void*>(w_views) : w;
   void* y_eff = h->parts_bytes ? static_cast<void*>(parts) : h->y_pad_bytes ? static_cast<void*>(y_pad) : y;
-  const void* a = CS_SWAP_AB ? w : x_eff;
-  const void* b = CS_SWAP_AB ? x_eff : w;
-  auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, h->splits));
-  auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, h->kk, h->splits));
-  auto dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(h->km, h->kn, h->splits));
+  const void* a = CS_SWAP_AB ? w_eff : x_eff;
+  const void* b = CS_SWAP_AB ? x_eff : w_eff;
+  auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, h->batches));
+  auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, h->kk, h->batches));
+  auto dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(h->km, h->kn, h->batches));
 #if CS_SPLIT_K
   // Slice l of A and B is columns [l * kk, (l + 1) * kk) of their K-major rows of pad_k.
   cute::get<0>(dA) = h->kk * h->splits; cute::get<2>(dA) = h->kk;
   cute::get<0>(dB) = h->kk * h->splits; cute::get<2>(dB) = h->kk;
+#elif !CS_Y_TRANSPOSED  // y^T's unit stride is where the views would step by P rows (no views)
+  if (h->views > 1) {
+    if (reinterpret_cast<uintptr_t>(x) % 16) return fail(h, "cs_bind", "x must be 16-byte aligned");
+    // View i: rows i, i + P, ... of x, from i * (K - q) elements in; W' is packed [P, pad_n, K'];
+    // y's rows i, i + P, ... are its rows of pitch pad_n (D^T's columns when swapped).
+    const int64_t p = h->views, x_rows = p * h->k, x_view = h->k - h->view_shift, pitch = h->pad_n;
+    auto view_x = [&](auto& d) { cute::get<0>(d) = x_rows; cute::get<2>(d) = x_view; };
+    if constexpr (CS_SWAP_AB) view_x(dB); else view_x(dA);
+    cute::get<CS_SWAP_AB ? 1 : 0>(dD) = p * pitch;
+    set_batch_stride(dD, pitch);
+  }
 #endif
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
-      {h->km, h->kn, h->kk, h->splits},
+      {h->km, h->kn, h->kk, h->batches},
       {static_cast<ElementA const*>(a), dA, static_cast<ElementB const*>(b), dB},
       {{}, nullptr, dD, static_cast<ElementD*>(y_eff), dD},
       h->hw,
@@ -208,6 +254,7 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   using StrideC = typename GemmKernel::StrideC;
   auto dC = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(h->km, h->kn, 1));
   cute::get<CS_SWAP_AB ? 1 : 0>(dC) = 0;
+  set_batch_stride(dC, 0);  // and across the views' batch
   args.epilogue.ptr_C = static_cast<typename GemmKernel::ElementC const*>(bias);
   args.epilogue.dC = dC;
   args.epilogue.thread.beta = 1;
@@ -231,6 +278,20 @@ int cs_run(cs_layer* h, void* stream) {
   char* x_pad = h->ws + round_up(h->kernel_ws, 256);
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
   const bool pdl = h->io & CS_IO_PDL;
+  if (h->views > 1 && !h->w_views_built) {
+    // Once a binding, on the call's stream: copy i of W shifted right by i * q, zeros around it.
+    // Each copy's rows overrun by i * q into the next row's zero head, the last into the slack.
+    auto* w_views = reinterpret_cast<ElementA*>(y_pad + round_up(h->y_pad_bytes, 256) + round_up(h->parts_bytes, 256));
+    cudaError_t ze = cudaMemsetAsync(w_views, 0, h->w_views_bytes, s);
+    if (ze != cudaSuccess) return fail(h, "cudaMemsetAsync", cudaGetErrorString(ze));
+    for (int i = 0; i < h->views; ++i) {
+      cudaError_t ce = cutsearch_copy::launch_repitch(
+          w_views + size_t(i) * h->pad_n * h->kk + size_t(i) * h->view_shift, h->kk,
+          static_cast<const ElementA*>(h->w), h->pad_k, h->pad_n, h->k, s);
+      if (ce != cudaSuccess) return fail(h, "launch", cudaGetErrorString(ce));
+    }
+    h->w_views_built = true;
+  }
   if (h->x_pad_bytes) {
     cutsearch_copy::launch_repitch(reinterpret_cast<ElementA*>(x_pad), h->pad_k,
                                    static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s,
@@ -279,3 +340,4 @@ void cs_destroy(cs_layer* h) { delete h; }
 #undef CS_GDC
 #undef CS_SPLIT_K
 #undef CS_SPLIT_ACT
+#undef CS_Y_TRANSPOSED

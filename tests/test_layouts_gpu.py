@@ -1,6 +1,7 @@
 """The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
 y stored by the nosmem and staged epilogues, split-K with its reduction kernel or its fixup
-epilogue, the non-persistent ws kernel, and overlapped launches.
+epilogue, the non-persistent ws kernel, overlapped launches, and unaligned x read in place
+through row views.
 
 Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
 the float64 reference: a candidate whose result were wrong in a layout would come back as a
@@ -22,7 +23,7 @@ from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
 from cutsearch.outcome import Measurement
 from cutsearch.pool import WorkerProcess
 from cutsearch.problem import Layer
-from cutsearch.space import Config, invalid_reason, kernel_problem, knob_grid
+from cutsearch.space import Config, invalid_reason, kernel_problem, knob_grid, row_views
 from cutsearch.worker import MeasureRequest
 
 BASE = Layer(m=256, n=1001, k=999, dtype="bf16", bias=True, activation="silu")
@@ -78,6 +79,23 @@ CASES = {
                        Config(tile_m=128, tile_n=64, tile_k=64, cluster_n=2, kernel_schedule="ws",
                               epilogue_schedule="tma", tile_scheduler="grid", pad=True)),
 }
+# x read in place through row views (space.RowViews), each with 8, 4 or 2 views: swapped with y's
+# unaligned rows stored by nosmem; the visitor tree's GELU with y aligned; the ws grid on a small
+# M; stream-K over the views' batch; and K = 7 with y copied out of its padded buffer.
+VIEW_CASES = {
+    "views-swapped-nosmem": (BIAS_ONLY, dataclasses.replace(NOSMEM, swap_ab=True)),
+    "views-gelu-f16": (Layer(m=96, n=256, k=1002, dtype="f16", bias=True, activation="gelu"),
+                       dataclasses.replace(CONFIG, pad=True)),
+    "views-ws-swapped": (Layer(m=16, n=512, k=1004, dtype="bf16", bias=True),
+                         Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
+                                tile_scheduler="grid", swap_ab=True, pad=True)),
+    "views-stream-k": (Layer(m=200, n=333, k=1001, dtype="f16", bias=True),
+                       dataclasses.replace(NOSMEM, kernel_schedule="cooperative", tile_scheduler="streamk")),
+    "views-k7-relu": (Layer(m=8, n=40, k=7, dtype="f16", bias=True, activation="relu"),
+                      Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="tma",
+                             pad=True)),
+}
+CASES.update(VIEW_CASES)
 
 
 @pytest.fixture(scope="module")
@@ -125,15 +143,33 @@ def test_overlapped_launches_compute_the_layer(built):
             assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
 
 
+@pytest.mark.gpu
+def test_row_views_compute_the_layer(built):
+    """Every views variant passes the float64 check, beside the copy of x it replaces."""
+    with WorkerProcess(0) as worker:
+        for name, (layer, config) in VIEW_CASES.items():
+            assert row_views(layer) is not None
+            kp = kernel_problem(layer, config)
+            knobs = tuple(k for k in knob_grid(config, layer) if k.raster < 2 and k.swizzle == 1 and not k.pdl)
+            assert {k.views for k in knobs} == {0, 1}, name
+            request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
+                                     dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
+                                     pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs, reps=5, warmup=1)
+            reply = worker.call(request, timeout_s=300)
+            assert isinstance(reply, Measurement), (name, reply)
+            assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
+
+
 @contextlib.contextmanager
-def created(built, name: str, splits: int = 1):
+def created(built, name: str, splits: int = 1, *, m: int | None = None, views: bool = False):
     """A case's kernel opened and created for its layer: (layer, kp, lib, handle)."""
     layer, config = CASES[name]
+    layer = dataclasses.replace(layer, m=m or layer.m)
     kp = kernel_problem(layer, config)
     lib = open_library(built[name].library)
     handle = ctypes.c_void_p()
     assert lib.cs_create(ctypes.byref(handle), layer.m, layer.n, layer.k, kp.pad_n, kp.pad_k, 0, 1, 1, splits, 0, 0,
-                         io_flags(False, False)) == 0
+                         io_flags(False, False, views=views)) == 0
     try:
         yield layer, kp, lib, handle
     finally:
@@ -141,16 +177,24 @@ def created(built, name: str, splits: int = 1):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["y-stored-unaligned", "y-staged-silu", "x-and-y-copied"])
-def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name):
+@pytest.mark.parametrize("name,views,m", [("y-stored-unaligned", False, None), ("y-staged-silu", False, None),
+                                          ("x-and-y-copied", False, None),
+                                          # W's shifted copies are rebuilt for the new W.
+                                          ("views-swapped-nosmem", True, None), ("views-gelu-f16", True, None),
+                                          # M not a multiple of the views' 8: x is copied instead.
+                                          ("views-swapped-nosmem", True, 251)])
+def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name, views, m):
     """cs_bind rebuilds the kernel's arguments when W or b moves, not only when x or y does: a
     layer prepared again with new weights must not read the old buffers."""
     torch = pytest.importorskip("torch")
-    with created(built, name) as (layer, kp, lib, handle):
+    with created(built, name, m=m, views=views) as (layer, kp, lib, handle):
+        if views:  # the views' workspace holds W's copies and no x: it differs from the copy's
+            with created(built, name, m=m) as (_, _, _, copying):
+                assert (lib.cs_workspace_size(handle) != lib.cs_workspace_size(copying)) == (m is None)
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
         gen = torch.Generator(device="cuda").manual_seed(3)
         x = torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype)
-        act = {"none": lambda t: t, "silu": torch.nn.functional.silu}[layer.activation]
+        act = {"none": lambda t: t, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[layer.activation]
         ws = torch.empty(max(16, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
         y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
         earlier = []  # the previous weights stay allocated: each new pair has pointers of its own

@@ -4,12 +4,12 @@
 # each, default 140), then the export of its winner used as an application would
 # (studies/scripts/use_export.py). Everything lands in $OUT/unseen.tgz ($OUT keeps at most 8 files).
 # GPUS="1" runs every layer on GPU 1 alone (CPUs 16-31), leaving GPU 0 to other work.
-# SEARCH_ARGS adds options to each search (--split-k, say).
+# SEARCH_ARGS adds options to each search (--split-k, say); SKIP_SETUP=1 where the wheels are in.
 #   h200x2-unseen.sh [LAYERS.toml]
 set -u
 here=$(dirname "$0")
 toml=${1:-studies/unseen.toml}
-bash "$here/h200x2-exhaustive.sh" setup || exit 1
+[ -n "${SKIP_SETUP:-}" ] || bash "$here/h200x2-exhaustive.sh" setup || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 dir=/tmp/unseen
 mkdir -p "$dir"

@@ -1,0 +1,156 @@
+"""x's row views (space.RowViews): an unaligned x read in place, exactly, without its copy.
+
+The launcher's arithmetic is replayed here in numpy with integer-valued float64 data, so every
+sum is exact: the batch of views against W's shifted copies gives x @ W^T bit for bit, every
+element a view reads lies inside x, and every TMA address and pitch is a 16-byte multiple.
+The GPU tests (tests/test_layouts_gpu.py) run the same arithmetic in the built kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from cutsearch.abi import IO_X_VIEWS, io_flags
+from cutsearch.codegen import render
+from cutsearch.model import predict_us
+from cutsearch.problem import BYTES, Layer
+from cutsearch.space import Config, Knobs, RowViews, knob_grid, row_views, transforms, views_apply
+
+PAD = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="nosmem", pad=True)
+
+
+def views_of(layer: Layer) -> RowViews:
+    views = row_views(layer)
+    assert views is not None
+    return views
+
+
+def shifted_weights(w: np.ndarray, views: RowViews) -> np.ndarray:
+    """W' as the launcher builds it: zeros, then per copy i one pitched copy of W (pitch K')
+    written from element s_i on, each row followed by zeros up to K' that run into the next
+    row's head (and, for the last row of the last copy, into one spare row)."""
+    n, k = w.shape
+    flat = np.zeros((views.count * n + 1) * views.k)
+    for i, s in enumerate(views.shifts()):
+        rows = np.zeros((n, views.k))
+        rows[:, :k] = w
+        start = i * n * views.k + s
+        flat[start:start + n * views.k] = rows.ravel()
+    return flat[: views.count * n * views.k].reshape(views.count, n, views.k)
+
+
+def through_views(x: np.ndarray, w: np.ndarray, views: RowViews) -> np.ndarray:
+    """y from the batch of views, each read where the launcher points TMA at it."""
+    m, k = x.shape
+    flat = x.ravel()
+    rows = m // views.count
+    w_views = shifted_weights(w, views)
+    y = np.empty((m, w.shape[0]))
+    for i in range(views.count):
+        start = i * (k - views.shift)
+        last = start + (rows - 1) * views.count * k + views.k  # one past the last element read
+        assert 0 <= start and last <= flat.size, (i, start, last, flat.size)
+        view = np.lib.stride_tricks.as_strided(flat[start:], shape=(rows, views.k),
+                                               strides=(views.count * k * 8, 8), writeable=False)
+        y[i::views.count] = view @ w_views[i].T
+    return y
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7, 9, 13, 20, 100, 517, 999, 1001, 1002, 1004, 4095])
+def test_the_views_compute_x_times_w_transposed_exactly(dtype, k):
+    vec = 16 // BYTES[dtype]
+    p = vec // math.gcd(k, vec)
+    m, n = 3 * p, 5
+    layer = Layer(m=m, n=n, k=k, dtype=dtype)
+    views = views_of(layer)
+    assert views.count == p and views.shift == k % vec
+    rng = np.random.default_rng(k)
+    x = rng.integers(-8, 9, size=(m, k)).astype(np.float64)
+    w = rng.integers(-8, 9, size=(n, k)).astype(np.float64)
+    assert np.array_equal(through_views(x, w, views), x @ w.T)
+
+
+@pytest.mark.parametrize("m,k", [(3000, 999), (16, 1004), (96, 1002), (8, 7), (4000, 4095)])
+def test_every_view_starts_and_steps_on_16_bytes_and_k_prime_fills_vectors(m, k):
+    layer = Layer(m=m, n=64, k=k)
+    views = views_of(layer)
+    e, vec = BYTES[layer.dtype], layer.vector
+    assert views.k % vec == 0 and views.k >= k
+    assert (views.count * k * e) % 16 == 0  # a view's row pitch
+    assert ((k - views.shift) * e) % 16 == 0  # the step from one view's start to the next
+    # The last view's last row ends exactly where x ends.
+    p = views.count
+    assert (p - 1) * (k - views.shift) + (m // p - 1) * p * k + views.k == m * k
+
+
+def test_views_exist_only_for_contiguous_x_with_unaligned_rows_and_m_a_multiple_of_p():
+    assert row_views(Layer(m=64, n=64, k=1024)) is None  # aligned rows: nothing to copy
+    assert row_views(Layer(m=64, n=64, k=999, input="padded")) is None
+    assert row_views(Layer(m=64, n=64, k=999, output="transposed")) is None  # a view's y^T rows are strided
+    assert row_views(Layer(m=63, n=64, k=999)) is None  # P = 8 does not divide M
+    assert row_views(Layer(m=8, n=64, k=1002)).count == 4
+    assert row_views(Layer(m=6, n=64, k=1002)) is None
+    assert row_views(Layer(m=6, n=64, k=1004)).count == 2  # K = 4 mod 8: rows pair up on 16 bytes
+    assert row_views(Layer(m=4000, n=333, k=999)) == RowViews(count=8, shift=7, k=999 + 7 * 7)
+
+
+def test_the_knob_grid_adds_the_views_beside_every_copy_of_x():
+    layer = Layer(m=3000, n=1001, k=999, bias=True)
+    grid = knob_grid(PAD, layer)
+    copying = [k for k in grid if not k.views]
+    viewing = [k for k in grid if k.views]
+    assert {dataclasses.replace(k, views=0) for k in viewing} == {k for k in copying if not k.pdl}
+    # nosmem stores y's rows itself: with x read in place, nothing is copied to overlap with.
+    assert not any(k.pdl for k in viewing)
+    # The TMA epilogue pads N too, so y is copied out and launch overlap stays a choice.
+    tma = dataclasses.replace(PAD, epilogue_schedule="tma")
+    assert {k.pdl for k in knob_grid(tma, layer) if k.views} == {0, 1}
+
+
+@pytest.mark.parametrize("layer,config", [
+    (Layer(m=3000, n=1001, k=999), dataclasses.replace(PAD, pad=False)),  # no copy of x to replace
+    (Layer(m=3000, n=1001, k=999, output="transposed"), PAD),
+    (Layer(m=3001, n=1001, k=999), PAD),
+    (Layer(m=8, n=16384, k=4095), PAD),
+    (Layer(m=16, n=1024, k=1024), Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="pingpong",
+                                         epilogue_schedule="tma", swap_ab=True, split_k=True)),
+])
+def test_no_views_where_they_do_not_apply(layer, config):
+    assert not views_apply(layer, config)
+    assert not any(k.views for k in knob_grid(config, layer))
+
+
+def test_the_views_are_recorded_as_a_transform_and_a_launch_flag():
+    layer = Layer(m=3000, n=1001, k=999, bias=True)
+    assert "x_views" not in transforms(layer, PAD, {"raster": 1})
+    assert transforms(layer, PAD, {"raster": 1, "views": 1})["x_views"] == {"count": 8, "shift": 7, "k": 1048}
+    assert IO_X_VIEWS == 8 and io_flags(False, False, pdl=True, views=True) == 12
+    assert Knobs(views=1).to_dict()["views"] == 1 and "views" not in Knobs().to_dict()
+
+
+def test_the_model_drops_the_copy_of_x_and_reads_p_copies_of_w():
+    # W small beside x: the copy's launch and bytes outweigh W's copies.
+    for layer in (Layer(m=3000, n=1001, k=999), Layer(m=100000, n=64, k=3)):
+        assert predict_us(layer, PAD, Knobs(raster=1, views=1)) < predict_us(layer, PAD, Knobs(raster=1))
+    # W as large as x: reading it eight times costs more than copying x once.
+    square = Layer(m=4000, n=4096, k=4095)
+    assert predict_us(square, PAD, Knobs(raster=1, views=1)) > predict_us(square, PAD, Knobs(raster=1))
+
+
+def test_views_are_not_offered_where_w_copies_cost_far_more_than_the_copy_of_x():
+    assert views_apply(Layer(m=16, n=512, k=1004), PAD)  # 1 MB more read against a launch: offered
+    assert not views_apply(Layer(m=8, n=4096, k=4095), PAD)  # 235 MB more read: not
+
+
+def test_a_visitor_tree_gets_a_batch_stride_for_d_only_where_views_exist():
+    config = dataclasses.replace(PAD, epilogue_schedule="tma")
+    with_views = render(Layer(m=96, n=256, k=1002, bias=True, activation="gelu"), config).code
+    without = render(Layer(m=97, n=256, k=1002, bias=True, activation="gelu"), config).code
+    assert "using StrideD = cute::Stride<int64_t, cute::Int<1>, int64_t>;" in with_views
+    assert "using StrideD = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;" in without
+    assert "#define CS_Y_TRANSPOSED 0" in with_views

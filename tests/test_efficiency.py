@@ -287,9 +287,12 @@ def test_the_model_counts_the_stages_the_builder_fits():
 
 
 def test_pruning_takes_a_real_share_of_a_memory_bound_space():
+    """A real share, not nearly all: the tests above check that it holds no near-best config.
+    (52% since the model stopped counting the zero rows TMA fills into a padded tile as traffic
+    that L2 serves, which ranks decode's unswapped 64-row tiles lower.)"""
     layer = Recording.load(EXHAUSTIVE / "exhaustive-decode-f16.json").layer
     space = list(Space(layer))
-    assert 0.2 < len(model.hopeless(layer, space)) / len(space) < 0.5
+    assert 0.2 < len(model.hopeless(layer, space)) / len(space) < 0.6
 
 
 NOSMEM = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-2026-11-30-unaligned"

@@ -132,15 +132,9 @@ def test_overlapped_launches_compute_the_layer(built):
     with WorkerProcess(0) as worker:
         for name in ("x-and-y-copied", "y-stored-unaligned", "split-k-swapped"):
             layer, config = CASES[name]
-            kp = kernel_problem(layer, config)
             knobs = tuple(k for k in knob_grid(config, layer) if k.raster == 1 and k.swizzle == 1 and k.splits <= 2)
             assert {k.pdl for k in knobs} == {0, 1}
-            request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
-                                     dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
-                                     pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs, reps=5, warmup=1)
-            reply = worker.call(request, timeout_s=300)
-            assert isinstance(reply, Measurement), (name, reply)
-            assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
+            assert_every_variant_passes(worker, built, name, knobs)
 
 
 @pytest.mark.gpu
@@ -149,15 +143,20 @@ def test_row_views_compute_the_layer(built):
     with WorkerProcess(0) as worker:
         for name, (layer, config) in VIEW_CASES.items():
             assert row_views(layer) is not None
-            kp = kernel_problem(layer, config)
             knobs = tuple(k for k in knob_grid(config, layer) if k.raster < 2 and k.swizzle == 1 and not k.pdl)
             assert {k.views for k in knobs} == {0, 1}, name
-            request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
-                                     dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
-                                     pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs, reps=5, warmup=1)
-            reply = worker.call(request, timeout_s=300)
-            assert isinstance(reply, Measurement), (name, reply)
-            assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
+            assert_every_variant_passes(worker, built, name, knobs)
+
+
+def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> None:
+    layer, config = CASES[name]
+    kp = kernel_problem(layer, config)
+    request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
+                             dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
+                             pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs, reps=5, warmup=1)
+    reply = worker.call(request, timeout_s=300)
+    assert isinstance(reply, Measurement), (name, reply)
+    assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
 
 
 @contextlib.contextmanager

@@ -290,7 +290,8 @@ def test_persistent_kernels_search_raster_order_and_swizzle():
 def test_a_grid_of_all_the_tiles_has_no_knob_but_the_launch_overlap_of_its_copies():
     ws = cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid")
     assert knob_grid(ws, ALIGNED) == [Knobs()]
-    assert knob_grid(dataclasses.replace(ws, pad=True), UNALIGNED_K) == [Knobs(), Knobs(pdl=1)]
+    # With K padded: x copied (and overlapped with the GEMM, or not), or read through row views.
+    assert knob_grid(dataclasses.replace(ws, pad=True), UNALIGNED_K) == [Knobs(), Knobs(views=1), Knobs(pdl=1)]
 
 
 def test_stream_k_kernels_search_stream_k_data_parallel_and_split_k():
@@ -315,7 +316,10 @@ def test_split_k_never_splits_below_one_k_tile():
 def test_overlapped_launches_are_searched_only_where_a_call_copies():
     plain = knob_grid(cfg(pad=True), UNALIGNED_K)
     assert {k.pdl for k in plain} == {0, 1}
-    assert {dataclasses.replace(k, pdl=0) for k in plain if k.pdl} == {k for k in plain if not k.pdl}
+    # x copied: each variant with and without overlap. x read through row views: no copy at all.
+    copying = {k for k in plain if not k.views}
+    assert {dataclasses.replace(k, pdl=0) for k in copying if k.pdl} == {k for k in copying if not k.pdl}
+    assert {k.pdl for k in plain if k.views} == {0}
     assert {k.pdl for k in knob_grid(cfg(), ALIGNED)} == {0}  # the GEMM alone: nothing to overlap
     padded = dataclasses.replace(UNALIGNED_K, input="padded")  # x arrives padded: no copy left
     assert {k.pdl for k in knob_grid(cfg(pad=True), padded)} == {0}

@@ -39,10 +39,15 @@ const char* cs_kernel_name(void);
 /* Returns 0 on success. m may differ from CUTSEARCH_FC_M (correct, but not tuned for it). */
 /* io: CS_IO_X_PADDED when x arrives with row pitch pad_k (padding columns finite),
    CS_IO_Y_PADDED when y may be written with row pitch pad_n, CS_IO_PDL to overlap the call's
-   copies and GEMM (programmatic dependent launch). CUTSEARCH_FC_IO is what the search chose. */
+   copies and GEMM (programmatic dependent launch), CS_IO_X_VIEWS to read an x whose rows are
+   not 16-byte aligned in place instead of copying it (x 16-byte aligned and finite: a
+   non-finite element also reaches its neighbouring rows; the first cs_run after cs_bind builds
+   shifted copies of W in the workspace, and x is copied where the views' count does not divide
+   m). CUTSEARCH_FC_IO is what the search chose. */
 #define CS_IO_X_PADDED 1
 #define CS_IO_Y_PADDED 2
 #define CS_IO_PDL 4
+#define CS_IO_X_VIEWS 8
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
               int raster, int swizzle, int splits, int decomposition, int reduction, int io);
 /* Bytes of device workspace the caller provides to cs_bind. Keep it for this layer alone while

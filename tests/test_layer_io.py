@@ -62,3 +62,6 @@ def test_the_export_header_passes_the_searched_launch_mode_to_cs_create():
     layer = Layer(m=300, n=1001, k=999, bias=True, input="padded")
     text = _header(layer, kernel_name="k", pad_n=1008, pad_k=1000, knobs={"raster": 1, "pdl": 1})
     assert "#define CUTSEARCH_FC_IO 5" in text and "#define CS_IO_PDL 4" in text
+    contiguous = Layer(m=300, n=1001, k=999, bias=True)
+    text = _header(contiguous, kernel_name="k", pad_n=1001, pad_k=1000, knobs={"raster": 1, "views": 1})
+    assert "#define CUTSEARCH_FC_IO 8" in text and "#define CS_IO_X_VIEWS 8" in text

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cutsearch.abi import IO_X_VIEWS, io_flags
 from cutsearch.codegen import render
-from cutsearch.model import predict_us
+from cutsearch.efficiency import Recording
+from cutsearch.model import CALIBRATED, DEFAULT, predict_us
+from cutsearch.outcome import Measurement
 from cutsearch.problem import BYTES, Layer
 from cutsearch.space import Config, Knobs, RowViews, knob_grid, row_views, transforms, views_apply
 
@@ -140,6 +143,31 @@ def test_the_model_drops_the_copy_of_x_and_reads_p_copies_of_w():
     # W as large as x: reading it eight times costs more than copying x once.
     square = Layer(m=4000, n=4096, k=4095)
     assert predict_us(square, PAD, Knobs(raster=1, views=1)) > predict_us(square, PAD, Knobs(raster=1))
+
+
+RECORDED = Path(__file__).resolve().parent.parent / "studies" / "recorded"
+
+
+@pytest.mark.parametrize("coeff", [DEFAULT, CALIBRATED], ids=["default", "calibrated"])
+def test_on_recorded_h200_data_the_model_picks_the_faster_of_views_and_copy(coeff):
+    """Recorded H200 data, replayed: 106 configs of five layers, each measured with x copied and
+    with x read through views. The model, choosing between its best prediction of each, agrees
+    with the measured winner for at least 97 (80 before it counted part of W's extra reads)."""
+    paths = [RECORDED / "h200-2026-12-01-unseen-views" / f"{name}.json" for name in ("coords_relu", "k2_gelu",
+                                                                                    "odd_k_bias")]
+    paths += sorted((RECORDED / "h200-2026-12-01-views").glob("views-*.json"))
+    agree = total = 0
+    for path in paths:
+        rec = Recording.load(path)
+        for ev in rec.evaluations:
+            if not isinstance(ev.outcome, Measurement):
+                continue
+            measured = {v: min(t for k, t in ev.outcome.variants if k.views == v) for v in (0, 1)}
+            grid = knob_grid(ev.config, rec.layer)
+            predicted = {v: min(predict_us(rec.layer, ev.config, k, coeff) for k in grid if k.views == v) for v in (0, 1)}
+            total += 1
+            agree += (predicted[1] < predicted[0]) == (measured[1] < measured[0])
+    assert total == 106 and agree >= 97
 
 
 def test_views_are_not_offered_where_w_copies_cost_far_more_than_the_copy_of_x():

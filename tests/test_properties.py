@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from cutsearch.cli.app import parse_duration
 from cutsearch.errors import UserError
+from cutsearch.model import predict_us
 from cutsearch.problem import ACTIVATIONS, BYTES, DTYPES, INT32_MAX, MAX_LAYER_BYTES, Layer, load_layers
 from cutsearch.space import (
     CLUSTERS, EPILOGUE_SCHEDULES, KERNEL_SCHEDULES, SMEM_BYTES, STAGES, TILE_K, TILE_M, TILE_N, TILE_SCHEDULERS,
-    Config, Space, invalid_reason, kernel_problem, knob_grid, smem_bytes,
+    Config, Space, invalid_reason, kernel_problem, knob_grid, row_views, smem_bytes,
 )
 
 # No deadline (CI machines are slow) and no example database written into the checkout.
@@ -267,7 +268,13 @@ def test_valid_configs_have_consistent_kernel_problems(case):
         assert (kp.pad_k, kp.pad_n) != (layer.k, layer.n)
     assert (kp.m, kp.n) == ((kp.pad_n, layer.m) if c.swap_ab else (layer.m, kp.pad_n))
     assert smem_bytes(c, layer.dtype, c.stages or 2) <= SMEM_BYTES
-    assert knob_grid(c, layer)
+    grid = knob_grid(c, layer)
+    assert grid and len(set(grid)) == len(grid)
+    for knobs in grid:
+        assert math.isfinite(predict_us(layer, c, knobs)) and predict_us(layer, c, knobs) > 0
+        if knobs.views:  # only where x is copied and its rows can be viewed in place
+            views = row_views(layer)
+            assert c.pad and views is not None and layer.m % views.count == 0 and views.k % vec == 0
 
 
 configs_anything = st.builds(

@@ -114,6 +114,8 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         t_us += coeff.copy_overhead_us + 2 * layer.m * layer.n * e / PEAK_BYTES_PER_S * 1e6
     if config.tile_scheduler == "streamk":
         t_us += coeff.copy_overhead_us  # the workspace reset before every launch
+        if splits > 1:
+            t_us += STREAMK_SPLIT_US * (splits - 1)
     if config.split_k and config.epilogue_schedule != "fixup":
         t_us += coeff.copy_overhead_us  # the reduction kernel
     if views is not None:
@@ -129,6 +131,13 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
 # views and copy for 97 with either constant set, against 80 without the term; any share from
 # 0.25 to 0.5 does (studies/recorded/h200-2026-12-01-views/, .../h200-2026-12-01-unseen-views/).
 VIEWS_UNHIDDEN = 0.5
+
+# Each extra split of a stream-K tile: its partial written, waited for and read back by the CTA
+# that finishes the tile. On the decode exhaustive recording the model put stream-K's split tiles
+# at 0.69 of their measured time and persistent ones at 1.24; with 1 µs a split, within-layer
+# Spearman on the five exhaustive recordings went from 0.867 to 0.886 (decode 0.67 to 0.70) and
+# on the 21 calibration studies from 0.630 to 0.636 (0.656 to 0.665 with CALIBRATED).
+STREAMK_SPLIT_US = 1.0
 
 # One wave of a CTA a tile, without the persistent scheduler: the median of 12 measured pairs of
 # H200 twins of decode and small_batch (0.22-0.69 µs, studies/recorded/h200x2-2026-12-01-ws/).

@@ -12,8 +12,8 @@ import dataclasses
 import math
 
 from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
-from cutsearch.space import (SM_COUNT, SMEM_BYTES, Config, Knobs, kernel_problem, output_ctas, row_views, smem_bytes,
-                             views_apply)
+from cutsearch.space import (SM_COUNT, SMEM_BYTES, Config, Knobs, applied_views, kernel_problem, output_ctas,
+                             smem_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +52,7 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     tm, tn, tk = config.tile_m, config.tile_n, config.tile_k
     cluster = config.cluster_m * config.cluster_n
     # Row views: a batch of P GEMMs of M / P rows against P shifted copies of W, and no x copy.
-    views = row_views(layer) if knobs is not None and knobs.views and views_apply(layer, config) else None
+    views = applied_views(layer, config, knobs is not None and bool(knobs.views))
     batches = 1
     if views is not None:
         rows = layer.m // views.count

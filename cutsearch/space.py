@@ -347,10 +347,15 @@ def transforms(layer: Layer, config: Config, knobs: dict[str, int]) -> dict[str,
     """The layer transforms a measured kernel applies (`knobs` as its measurement records them)."""
     kp = kernel_problem(layer, config)
     out: dict[str, Any] = {"swap_ab": config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k}
-    views = row_views(layer) if knobs.get("views") and views_apply(layer, config) else None
+    views = applied_views(layer, config, bool(knobs.get("views")))
     if views is not None:
         out["x_views"] = dataclasses.asdict(views)
     return out
+
+
+def applied_views(layer: Layer, config: Config, requested: bool) -> RowViews | None:
+    """The views a call of this config reads x through, where its knobs ask for them."""
+    return row_views(layer) if requested and views_apply(layer, config) else None
 
 
 def views_apply(layer: Layer, config: Config) -> bool:

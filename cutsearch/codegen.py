@@ -138,11 +138,16 @@ _EPILOGUE_SCHEDULES = {
     ("cooperative", "nosmem"): "NoSmemWarpSpecialized",
     ("ws", "tma"): "TmaWarpSpecialized",
     ("ws", "nosmem"): "NoSmemWarpSpecialized",
-    # Emitted as nosmem, then given the staged or fixup epilogue (templates/epilogue.cuh).
+    # Emitted as nosmem, then given our own epilogue (templates/epilogue.cuh).
     ("cooperative", "staged"): "NoSmemWarpSpecialized",
+    ("pingpong", "direct"): "NoSmemWarpSpecialized",
+    ("cooperative", "direct"): "NoSmemWarpSpecialized",
+    ("ws", "direct"): "NoSmemWarpSpecialized",
     ("pingpong", "fixup"): "NoSmemWarpSpecialized",
     ("cooperative", "fixup"): "NoSmemWarpSpecialized",
 }
+# Epilogues of templates/epilogue.cuh, each emitted as nosmem and then swapped in.
+OWN_EPILOGUES = ("staged", "direct", "fixup")
 _TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK", "grid": "Default"}
 _GDC_DEFINE = "#ifndef CUTLASS_ENABLE_GDC_FOR_SM90\n#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#endif"
 
@@ -180,7 +185,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
                           element_accumulator=cc.DataType.f32,
                           layout_A=cc.LayoutType.RowMajor, layout_B=cc.LayoutType.ColumnMajor,
                           layout_C=layout_d, cc=90, kernel_cc=90)
-        # The nosmem and staged epilogues have no visitor tree: D = act(acc + 1 * C), with C the
+        # The SIMT epilogues have no visitor tree: D = act(acc + 1 * C), with C the
         # bias broadcast by a zero stride (the launcher sets it), is their fused bias.
         simt_store = config.epilogue_schedule in SIMT_EPILOGUES or fixup
         bias_as_c = layer.bias and simt_store
@@ -212,7 +217,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
         kernel = _cta_tile_descriptor(operation.rt_module.emit(), config)
         includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
         name = operation.procedural_name()
-        if config.epilogue_schedule in ("staged", "fixup"):
+        if config.epilogue_schedule in OWN_EPILOGUES:
             kernel, name = _replace_nosmem_epilogue(kernel, name, layer, config)
         if fn is not None and row_views(layer) is not None:
             kernel = _batched_visitor_output(kernel)
@@ -224,7 +229,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
     gdc = config.tile_scheduler != "streamk"
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
-                           own_epilogues=own_epilogues() if config.epilogue_schedule in ("staged", "fixup") else "",
+                           own_epilogues=own_epilogues() if config.epilogue_schedule in OWN_EPILOGUES else "",
                            swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
@@ -259,12 +264,12 @@ def _cta_tile_descriptor(kernel: str, config: Config) -> str:
 
 
 def _replace_nosmem_epilogue(kernel: str, name: str, layer: Layer, config: Config) -> tuple[str, str]:
-    """Swap the emitted nosmem epilogue for the staged or fixup one, which keep its types and
-    arguments."""
+    """Swap the emitted nosmem epilogue for one of ours, which keep its types and arguments."""
     act = ACTIVATIONS[layer.activation]
-    own = (f"cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, {act}, {STAGED_WARPS}>"
-           if config.epilogue_schedule == "staged" else
-           f"cutsearch_fixup::FixupEpilogue<CollectiveEpilogueNoSmem, {act}, {config.tile_m}, {config.tile_n}>")
+    own = {"staged": f"cutsearch_staged::StagedEpilogue<CollectiveEpilogueNoSmem, {act}, {STAGED_WARPS}>",
+           "direct": f"cutsearch_direct::DirectEpilogue<CollectiveEpilogueNoSmem, {act}>",
+           "fixup": f"cutsearch_fixup::FixupEpilogue<CollectiveEpilogueNoSmem, {act}, {config.tile_m}, {config.tile_n}>",
+           }[config.epilogue_schedule]
     pattern = re.compile(r"using CollectiveEpilogue =(.*?NoSmemWarpSpecialized\s*>::CollectiveOp;)", re.S)
     replaced = (r"using CollectiveEpilogueNoSmem =\1\n"
                 "using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<\n"
@@ -299,7 +304,7 @@ def copy_kernels() -> str:
 
 
 def own_epilogues() -> str:
-    """The staged and fixup epilogues (they need CUTLASS's headers, which the copies do not)."""
+    """Our own epilogues (they need CUTLASS's headers, which the copies do not)."""
     text = (TEMPLATES / "epilogue.cuh").read_text()
     return text[text.index("// Staged epilogue"):]
 

@@ -12,8 +12,8 @@ import dataclasses
 import math
 
 from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
-from cutsearch.space import (SM_COUNT, SMEM_BYTES, Config, Knobs, applied_views, kernel_problem, output_ctas,
-                             smem_bytes)
+from cutsearch.space import (SIMT_EPILOGUES, SM_COUNT, SMEM_BYTES, Config, Knobs, applied_views, kernel_problem,
+                             output_ctas, smem_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,10 +27,10 @@ class Coefficients:
     copy_overhead_us: float = 2.0  # one extra pitched copy or memset launch
     k_step_us: float = 0.02        # barrier and issue cost of one k-block, whatever its size
     stage_penalty: tuple[float, ...] = (1.25, 1.25, 1.25, 1.08, 1.02, 1.0, 1.0, 1.0)
-    # y stored by ordinary stores. The nosmem epilogue stores whole 16-byte runs where D is
-    # column-major and scattered 2-byte pieces where it is row-major; the staged one whole rows
-    # where D is row-major and 16-element pieces of columns where it is column-major. The names
-    # follow nosmem: "column" is the fast orientation.
+    # y stored by ordinary stores. The nosmem and direct epilogues store whole 16-byte runs where
+    # D is column-major and scattered 2-byte pieces where it is row-major; the staged one whole
+    # rows where D is row-major and 16-element pieces of columns where it is column-major. The
+    # names follow nosmem: "column" is the fast orientation.
     store_column_bytes_per_s: float = 2.0e12
     store_row_bytes_per_s: float = 0.5e12
 
@@ -101,10 +101,12 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     memory_s = dram / PEAK_BYTES_PER_S
     t = max(compute_s, memory_s) + reduce_s
     t_us = t * 1e6 + coeff.launch_us + waves * coeff.tile_fill_us
-    if config.epilogue_schedule in ("nosmem", "staged"):
+    if config.epilogue_schedule in SIMT_EPILOGUES:
         column_major_d = config.swap_ab != (layer.output == "transposed")
-        fast = column_major_d if config.epilogue_schedule == "nosmem" else not column_major_d
+        fast = not column_major_d if config.epilogue_schedule == "staged" else column_major_d
         rate = coeff.store_column_bytes_per_s if fast else coeff.store_row_bytes_per_s
+        if config.epilogue_schedule == "direct" and fast:
+            rate /= 1 - DIRECT_STORE_SAVING
         t_us += kp.m * kp.n * batches * e / rate * 1e6
     # Per-call transforms: a pitched copy reads and writes its bytes once. A caller's padded
     # buffers need none.
@@ -131,6 +133,12 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
 # views and copy for 97 with either constant set, against 80 without the term; any share from
 # 0.25 to 0.5 does (studies/recorded/h200-2026-12-01-views/, .../h200-2026-12-01-unseen-views/).
 VIEWS_UNHIDDEN = 0.5
+
+# The share of the nosmem epilogue's store time the direct one saves where D is column-major (its
+# fast orientation): the bias loaded once, no load-to-store chain. On the H200, the unaligned
+# layer's 4 best nosmem configs took 0.1-2.5 µs less with it in each of 8 pairs (f16 and bf16),
+# median 1.3 µs of the 3 µs this model gives y's stores (studies/recorded/h200-2026-12-01-direct/).
+DIRECT_STORE_SAVING = 0.4
 
 # Each extra split of a stream-K tile: its partial written, waited for and read back by the CTA
 # that finishes the tile. On the decode exhaustive recording the model put stream-K's split tiles
@@ -188,7 +196,7 @@ def warm_start(layer: Layer, configs: list[Config], count: int) -> list[Config]:
     # GEMMs with a TMA epilogue, the kinds it was calibrated on (it knows least about split-K and
     # about element-wise stores of unaligned rows).
     plain = [c for c in configs
-             if c.tile_scheduler == "persistent" and c.epilogue_schedule != "nosmem" and not c.split_k]
+             if c.tile_scheduler == "persistent" and c.epilogue_schedule not in ("nosmem", "direct") and not c.split_k]
     picks = [diverse_top(rank(layer, configs, CALIBRATED), count), diverse_top(rank(layer, configs, DEFAULT), count),
              diverse_top(rank(layer, plain or configs, DEFAULT), count)]
     merged: list[Config] = []

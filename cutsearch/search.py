@@ -158,11 +158,12 @@ def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int,
 
 
 def first_configs(layer: Layer, space: Space, count: int, priors: tuple[Config, ...] = ()) -> list[Config]:
-    """What a new study builds first: up to half from priors, each followed by its grid twin,
-    the rest from the model."""
+    """What a new study builds first: up to half from priors, each followed by its grid and direct
+    twins, the rest from the model."""
     adapted = [_adapt(layer, space, p) for p in priors]
-    top = [c for c in dict.fromkeys(t for a in adapted if a is not None for t in (a, _grid_twin(layer, space, a)))
-           if c is not None][: count // 2]
+    followed = (t for a in adapted if a is not None
+                for t in (a, _grid_twin(layer, space, a), _direct_twin(layer, space, a)))
+    top = [c for c in dict.fromkeys(followed) if c is not None][: count // 2]
     return top + [c for c in model.warm_start(layer, list(space), count) if c not in top][: count - len(top)]
 
 
@@ -172,6 +173,14 @@ def _grid_twin(layer: Layer, space: Space, config: Config) -> Config | None:
     12 measured twins was faster."""
     twin = dataclasses.replace(config, kernel_schedule="ws", tile_scheduler="grid")
     return twin if not config.split_k and _offered(layer, space, twin) else None
+
+
+def _direct_twin(layer: Layer, space: Space, config: Config) -> Config | None:
+    """The same kernel with the direct epilogue in place of the nosmem one, where this space
+    offers it. A winner found before that epilogue existed stores with nosmem; each of 8 measured
+    twins was faster (studies/recorded/h200-2026-12-01-direct/)."""
+    twin = dataclasses.replace(config, epilogue_schedule="direct")
+    return twin if config.epilogue_schedule == "nosmem" and _offered(layer, space, twin) else None
 
 
 def _offered(layer: Layer, space: Space, config: Config) -> bool:

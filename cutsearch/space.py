@@ -27,24 +27,27 @@ DEFAULT_CLUSTERS = ((1, 1), (2, 1), (1, 2))
 # launched as a grid of all the tiles (tile scheduler "grid") rather than persistently.
 KERNEL_SCHEDULES = ("auto", "pingpong", "cooperative", "ws")
 # "fixup": split-K's slices summed by the GEMM's own epilogue, which then writes y (templates/epilogue.cuh).
-EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem", "staged", "fixup")
+EPILOGUE_SCHEDULES = ("auto", "tma", "nosmem", "staged", "direct", "fixup")
 # Epilogues that store y with ordinary stores, so rows of any pitch: "nosmem" from the
-# accumulators' layout, "staged" through shared memory, a row at a time (templates/epilogue.cuh).
-SIMT_EPILOGUES = ("nosmem", "staged")
+# accumulators' layout, "staged" through shared memory, a row at a time, and "direct" from the
+# accumulators' layout with the bias loaded once and the activation fused (templates/epilogue.cuh).
+SIMT_EPILOGUES = ("nosmem", "staged", "direct")
 STAGED_WARPS = 8  # the staged epilogue runs in cooperative kernels: 8 consumer warps store at once
 TILE_SCHEDULERS = ("persistent", "streamk", "grid")
 # Kernel schedule / epilogue schedule / tile scheduler: the combinations CUTLASS accepts on
 # SM90, searched as one dimension so that the sampler never proposes a mismatched pair.
 SCHEDULES = (
     "auto/auto/persistent",
-    "pingpong/tma/persistent", "pingpong/nosmem/persistent",
+    "pingpong/tma/persistent", "pingpong/nosmem/persistent", "pingpong/direct/persistent",
     "cooperative/tma/persistent", "cooperative/nosmem/persistent", "cooperative/staged/persistent",
+    "cooperative/direct/persistent",
     "cooperative/tma/streamk", "cooperative/nosmem/streamk", "cooperative/staged/streamk",
+    "cooperative/direct/streamk",
     "pingpong/fixup/persistent", "cooperative/fixup/persistent",
     # Where one wave of CTAs covers the output, the non-persistent kernel skips the persistent
     # scheduler: on the H200 each of 12 such configs of decode and small_batch was 0.2-0.7 µs
     # faster than its pingpong twin (studies/recorded/h200x2-2026-12-01-ws/).
-    "ws/tma/grid", "ws/nosmem/grid",
+    "ws/tma/grid", "ws/nosmem/grid", "ws/direct/grid",
 )
 STAGES = (0, 2, 3, 4, 5, 6, 7)  # 0: the CollectiveBuilder fits as many as shared memory allows
 # The default space leaves the stage count to the CollectiveBuilder. In 64 recorded H200 pairs
@@ -70,7 +73,7 @@ class Config:
     stages: int = 0
     tile_scheduler: str = "persistent"
     swap_ab: bool = False
-    pad: bool = False  # pad K and N (K alone with the nosmem or staged epilogue) to 16-byte rows for TMA
+    pad: bool = False  # pad K and N (K alone with an epilogue of SIMT_EPILOGUES) to 16-byte rows for TMA
     # K split into slices on the batch dimension: more CTAs where the output tiles cannot fill the
     # SMs. With the TMA epilogue a second kernel sums the fp32 partials and adds the bias and
     # activation; with the fixup epilogue the last slice's CTA of each tile does.
@@ -132,7 +135,7 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     # not extents: N is padded only where it is y's row pitch.
     pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
     transposed = layer.output == "transposed"
-    # The nosmem and staged epilogues store rows of any pitch: for them `pad` pads K alone,
+    # The SIMT epilogues store rows of any pitch: for them `pad` pads K alone,
     # since padding N would only add y's copy.
     pads_n = (config.pad and config.epilogue_schedule not in SIMT_EPILOGUES) or layer.output == "padded"
     pad_n = pad_to(layer.n, vec) if pads_n and not transposed else layer.n
@@ -145,7 +148,7 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
 def smem_bytes(config: Config, dtype: str, stages: int) -> int:
     e = BYTES[dtype]
     mainloop = stages * (config.tile_m + config.tile_n) * config.tile_k * e
-    if config.epilogue_schedule in ("nosmem", "fixup"):
+    if config.epilogue_schedule in ("nosmem", "direct", "fixup"):
         epilogue = 0
     elif config.epilogue_schedule == "staged":  # 16 rows of 40 floats a consumer warp
         epilogue = STAGED_WARPS * 16 * 40 * 4
@@ -181,8 +184,8 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "the ws kernel schedule, and only it, launches a grid of all the tiles"
     if c.kernel_schedule == "ws" and c.tile_m > 128:
         return "the ws schedule gives one warpgroup the whole tile: tile M must be <= 128"
-    if c.kernel_schedule == "ws" and c.epilogue_schedule not in ("tma", "nosmem"):
-        return "the ws schedule takes the TMA or the nosmem epilogue"
+    if c.kernel_schedule == "ws" and c.epilogue_schedule not in ("tma", "nosmem", "direct"):
+        return "the ws schedule takes the TMA, the nosmem or the direct epilogue"
     # Cooperative splits the tile over two warpgroups; pingpong and ws give each one a whole tile.
     warpgroups = 2 if c.kernel_schedule == "cooperative" or (c.kernel_schedule == "auto" and c.tile_m >= 128) else 1
     if c.tile_m * c.tile_n > 128 * 128 * warpgroups:
@@ -199,8 +202,8 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return f"K={kp.k} gives {kp.align_ab * BYTES[layer.dtype]}-byte rows; the TMA mainloop needs 16 (pad)"
     if kp.align_d < vec and c.epilogue_schedule not in SIMT_EPILOGUES:
         if layer.output == "transposed":
-            return f"M={layer.m} gives unaligned rows of y^T: only the nosmem or staged epilogue stores them"
-        return f"N={kp.pad_n} gives unaligned output rows: only the nosmem or staged epilogue stores them (or pad)"
+            return f"M={layer.m} gives unaligned rows of y^T: only the nosmem, staged or direct epilogue stores them"
+        return f"N={kp.pad_n} gives unaligned output rows: only the nosmem, staged or direct epilogue stores them (or pad)"
     if c.pad and kernel_problem(layer, dataclasses.replace(c, pad=False)) == kp:
         return "padding is a no-op for this layer"
     if c.kernel_schedule == "auto" and (layer.bias or layer.activation != "none"):

@@ -1,4 +1,4 @@
-// Rendered into the translation unit of each kernel with the staged or fixup epilogue
+// Rendered into the translation unit of each kernel with the staged, direct or fixup epilogue
 // (templates/launcher.cu).
 #pragma once
 #include <cstdint>
@@ -168,6 +168,177 @@ class StagedEpilogue : public BaseTypes<Base> {
 };
 
 }  // namespace cutsearch_staged
+
+// Direct epilogue: y stored from the accumulators' registers, as CUTLASS's nosmem epilogue does,
+// so rows of any pitch, with the activation fused. CUTLASS's loads C for each element through a
+// volatile load that the element's store waits behind, and its stores wait behind it in turn: on
+// the unaligned layer that chain, not memory, was the epilogue's cost
+// (studies/recorded/h200-2026-11-30-epilogue-profile/). Here C must be the bias, a vector along
+// D's unit-stride mode (zero stride across the other), read through the read-only path: where D
+// is column-major a thread loads its few rows' values before any store, where it is row-major
+// one value a column. Addresses and bounds are computed once a row and once a column.
+namespace cutsearch_direct {
+
+// A 16- or 32-bit value through the non-coherent read-only path, which stores may pass.
+template <class T>
+CUTLASS_DEVICE float load_nc(T const* p) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "a 16- or 32-bit element");
+  T v;
+  if constexpr (sizeof(T) == 2) {
+    const unsigned short bits = __ldg(reinterpret_cast<unsigned short const*>(p));
+    memcpy(&v, &bits, 2);
+  } else {
+    const unsigned bits = __ldg(reinterpret_cast<unsigned const*>(p));
+    memcpy(&v, &bits, 4);
+  }
+  return float(v);
+}
+
+// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids.
+template <class Base, int Act>
+class DirectEpilogue : public cutsearch_staged::BaseTypes<Base> {
+ public:
+  using typename cutsearch_staged::BaseTypes<Base>::ElementD;
+  using typename cutsearch_staged::BaseTypes<Base>::StrideD;
+  using typename cutsearch_staged::BaseTypes<Base>::StrideC;
+  using typename cutsearch_staged::BaseTypes<Base>::GmemElementC;
+  using typename cutsearch_staged::BaseTypes<Base>::ThreadEpilogueOp;
+  using Arguments = typename Base::Arguments;
+  using Params = Arguments;
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+
+  static constexpr bool RowMajor = cute::is_constant<1, decltype(cute::get<1>(StrideD{}))>::value;
+  static_assert(RowMajor || cute::is_constant<1, decltype(cute::get<0>(StrideD{}))>::value, "D with a unit stride");
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) { return 0; }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  // C, where there is one, must be the bias: constant across D's strided mode.
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.ptr_C == nullptr || int64_t(RowMajor ? cute::get<0>(args.dC) : cute::get<1>(args.dC)) == 0;
+  }
+
+  CUTLASS_HOST_DEVICE explicit DirectEpilogue(Params const& params_) : params(params_) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return ThreadEpilogueOp(params.thread).is_source_needed(); }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK blk_shape_MNK, BlockCoordMNKL blk_coord_mnkl,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& accumulators, TiledMma tiled_mma,
+                                 ResidueMNK residue_mnk, int thread_idx, char*) {
+    using namespace cute;
+    // An SM90 GMMA accumulator: ((column pair, row half, 8-column group), MMA_M, MMA_N). A
+    // thread's rows follow (row half, MMA_M) alone and its columns the other three.
+    static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2, "an SM90 GMMA accumulator");
+    constexpr int Groups = size<0, 2>(FrgLayout{});
+    constexpr int MmaM = size<1>(FrgLayout{}), MmaN = size<2>(FrgLayout{});
+
+    const int res_m = int(get<0>(residue_mnk)), res_n = int(get<1>(residue_mnk));
+    if (res_m <= 0 || res_n <= 0) return;
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord_mnkl;
+    const int64_t m0 = int64_t(m_coord) * size<0>(blk_shape_MNK), n0 = int64_t(n_coord) * size<1>(blk_shape_MNK);
+    const auto& thread = params.thread;
+    const bool source = ThreadEpilogueOp(thread).is_source_needed();
+    const float alpha = thread.alpha_ptr ? float(*thread.alpha_ptr) : float(thread.alpha);
+    const float beta = source ? (thread.beta_ptr ? float(*thread.beta_ptr) : float(thread.beta)) : 0.f;
+
+    // This thread's first row and column in the tile; every other element of its fragment is a
+    // compile-time offset from them, so each store is a register address plus an immediate.
+    Tensor cTile = make_identity_tensor(make_shape(size<0>(blk_shape_MNK), size<1>(blk_shape_MNK)));
+    Tensor tCc = tiled_mma.get_thread_slice(thread_idx).partition_C(cTile);
+    auto row = [&](int h, int mm) { return int(get<0>(tCc(make_coord(make_coord(0, h, 0), mm, 0)))); };
+    auto col = [&](int j, int g, int nn) { return int(get<1>(tCc(make_coord(make_coord(j, 0, g), 0, nn)))); };
+    const int r0 = row(0, 0), c0 = col(0, 0, 0);
+    auto value = [&](int j, int h, int g, int mm, int nn, float b) {
+      return ElementD(cutsearch_reduce::activate<Act>(alpha * float(accumulators(make_coord(make_coord(j, h, g), mm, nn))) + b));
+    };
+    // D's strided mode: y's row pitch (or a view's), whichever mode of D it is.
+    const int64_t ld = RowMajor ? int64_t(get<0>(params.dD)) : int64_t(get<1>(params.dD));
+    ElementD* origin = params.ptr_D + int64_t(l_coord) * int64_t(get<2>(params.dD)) +
+                       (RowMajor ? (m0 + r0) * ld + (n0 + c0) : (m0 + r0) + (n0 + c0) * ld);
+    // The bias at this thread's first element, and its stride along D's unit-stride mode.
+    const int64_t cu = RowMajor ? int64_t(get<1>(params.dC)) : int64_t(get<0>(params.dC));
+    GmemElementC const* c = source ? params.ptr_C + int64_t(l_coord) * int64_t(get<2>(params.dC)) +
+                                         (RowMajor ? n0 + c0 : m0 + r0) * cu
+                                   : nullptr;
+
+    bool row_in[MmaM][2];
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < MmaM; ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) row_in[mm][h] = row(h, mm) < res_m;
+    }
+    if constexpr (RowMajor) {
+      // The bias follows the columns: one value a column.
+      CUTLASS_PRAGMA_UNROLL
+      for (int nn = 0; nn < MmaN; ++nn) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int g = 0; g < Groups; ++g) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            const int dc = col(j, g, nn) - c0;
+            const bool col_in = c0 + dc < res_n;
+            const float b = source && col_in ? beta * load_nc(c + dc * cu) : 0.f;
+            CUTLASS_PRAGMA_UNROLL
+            for (int mm = 0; mm < MmaM; ++mm) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int h = 0; h < 2; ++h) {
+                const ElementD v = value(j, h, g, mm, nn, b);
+                if (col_in && row_in[mm][h]) origin[int64_t(row(h, mm) - r0) * ld + dc] = v;
+              }
+            }
+          }
+        }
+      }
+    } else {
+      // The bias follows the rows: a thread's few values, loaded before any store.
+      float bias[MmaM][2];
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < MmaM; ++mm) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          bias[mm][h] = source && row_in[mm][h] ? beta * load_nc(c + (row(h, mm) - r0) * cu) : 0.f;
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int nn = 0; nn < MmaN; ++nn) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int g = 0; g < Groups; ++g) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            const int dc = col(j, g, nn) - c0;
+            const bool col_in = c0 + dc < res_n;
+            ElementD* column = origin + int64_t(dc) * ld;
+            CUTLASS_PRAGMA_UNROLL
+            for (int mm = 0; mm < MmaM; ++mm) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int h = 0; h < 2; ++h) {
+                const ElementD v = value(j, h, g, mm, nn, bias[mm][h]);
+                if (col_in && row_in[mm][h]) column[row(h, mm) - r0] = v;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  Params params;
+};
+
+}  // namespace cutsearch_direct
 
 // Split-K reduced in the GEMM's own epilogue: no second kernel, and no workspace reset per call.
 // The CTA of each K slice writes its fp32 partial tile to the workspace and counts itself in

@@ -202,6 +202,26 @@ def test_nosmem_epilogue_adds_the_bias_as_its_source_c(swap_ab):
     assert macro(_render(layer, coop(pad=True, swap_ab=swap_ab)), "CS_BIAS_AS_C") == 0  # TMA: the visitor tree
 
 
+@pytest.mark.parametrize("schedule", ["cooperative", "pingpong", "ws"])
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["unswapped", "swapped"])
+def test_direct_epilogue_replaces_the_nosmem_one_and_fuses_the_activation(schedule, swap_ab):
+    """The direct epilogue takes the nosmem one's place on each schedule that has it, keeps its
+    types (the bias bound as a zero-stride C) and applies the activation."""
+    layer = Layer(m=300, n=1001, k=999, bias=True, activation="silu")
+    config = coop(epilogue_schedule="direct", pad=True, swap_ab=swap_ab, kernel_schedule=schedule,
+                  tile_m=128 if schedule == "cooperative" else 64,
+                  tile_scheduler="grid" if schedule == "ws" else "persistent")
+    source = _render(layer, config)
+    text = kernel_part(source)
+    assert ("Sm90TmaWarpSpecializedAdapter<\n    cutsearch_direct::DirectEpilogue<CollectiveEpilogueNoSmem, 3>>;"
+            in text)
+    layout = "ColumnMajor" if swap_ab else "RowMajor"
+    assert operands(epilogue(source)) == [("cutlass::half_t", f"cutlass::layout::{layout}", 1)] * 2  # y's own rows
+    assert "epi_direct" in source.operation_name and "nosmem" not in source.operation_name
+    assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT"), macro(source, "CS_BIAS_AS_C")) == (0, 0, 1)
+    assert "Sm90EVT" not in source.code
+
+
 @pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
 @pytest.mark.parametrize("activation", ["none", "gelu"])
 def test_staged_epilogue_replaces_the_nosmem_one_and_keeps_its_arguments(swap_ab, activation):

@@ -28,6 +28,7 @@ from cutsearch.storage import open_storage
 
 SMOKE = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-smoke"
 STAGED = SMOKE.parent / "h200x2-2026-11-30-staged"
+DIRECT = SMOKE.parent / "h200-2026-12-01-direct"
 SMOKE_STUDIES = ["fc-4096x5000x1024-f16", "fc-16x4096x4096-f16", "fc-3000x1001x999-bf16-bias-gelu"]
 
 
@@ -350,6 +351,28 @@ def test_the_model_prices_the_staged_epilogue_by_the_layout_of_y():
     assert all(predicted[direct] < predicted[swapped] for direct, swapped in pairs)
     # Nothing measured there is in the model's hopeless tail.
     assert not set(configs) & model.hopeless(rec.layer, list(Space(rec.layer)))
+
+
+def test_the_model_orders_the_direct_epilogue_and_the_one_it_replaces_as_measured():
+    """Recorded on the H200 in one run: the unaligned layer's 4 best nosmem configs (f16, bf16)
+    and the odd-N layer's 2 best staged configs, each beside its direct twin. Direct was faster
+    in each of the 8 nosmem pairs (y column-major) and slower in both staged pairs (y row-major,
+    where direct stores scattered 2-byte pieces); the model, at each one's measured knobs, agrees."""
+    pairs = 0
+    for path in sorted(DIRECT.glob("direct-fc-*.json")):
+        rec = Recording.load(path)
+        measured = {e.config: e.outcome for e in rec.measured()}
+        for config, outcome in measured.items():
+            twin = dataclasses.replace(config, epilogue_schedule="direct")
+            if config.epilogue_schedule == "direct" or twin not in measured:
+                continue
+            pairs += 1
+            faster = measured[twin].median_us < outcome.median_us
+            assert faster == (config.epilogue_schedule == "nosmem"), (path.name, config.key)
+            predicted = (model.predict_us(rec.layer, twin, measured[twin].knobs)
+                         < model.predict_us(rec.layer, config, outcome.knobs))
+            assert predicted == faster, (path.name, config.key)
+    assert pairs == 10
 
 
 def test_the_model_never_prunes_a_recorded_near_best_unaligned_kernel():

@@ -1,5 +1,5 @@
 """The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
-y stored by the nosmem and staged epilogues, split-K with its reduction kernel or its fixup
+y stored by the nosmem, staged and direct epilogues, split-K with its reduction kernel or its fixup
 epilogue, the non-persistent ws kernel, overlapped launches, and unaligned x read in place
 through row views.
 
@@ -32,6 +32,7 @@ BIAS_ONLY = dataclasses.replace(BASE, activation="none")
 SMALL_M = Layer(m=16, n=1024, k=1024, dtype="bf16", bias=True, activation="silu")
 NOSMEM = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="nosmem", pad=True)
 STAGED = Config(tile_m=128, tile_n=64, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="staged", pad=True)
+DIRECT = dataclasses.replace(NOSMEM, epilogue_schedule="direct")
 CASES = {
     "x-and-y-padded": (dataclasses.replace(BASE, input="padded", output="padded"), CONFIG),
     "y-transposed-swapped": (dataclasses.replace(BASE, output="transposed"), dataclasses.replace(CONFIG, pad=True, swap_ab=True)),
@@ -52,6 +53,18 @@ CASES = {
     # A CTA tile N between the powers of two (more tiles for the SMs where N is odd).
     "y-staged-tile-n-96": (dataclasses.replace(BASE, m=999, n=333, activation="relu"),
                            dataclasses.replace(STAGED, tile_n=96)),
+    # The direct epilogue: y's unaligned rows from the registers, the bias loaded once, the activation
+    # fused; swapped (column-major D), no bias, M = 1 on the ws grid, N below the tile (stream-K).
+    "y-direct-silu": (BASE, DIRECT),
+    "y-direct-swapped-gelu-f16": (dataclasses.replace(BASE, dtype="f16", activation="gelu"),
+                                  dataclasses.replace(DIRECT, tile_m=64, swap_ab=True)),
+    "y-direct-no-bias-relu": (dataclasses.replace(BASE, bias=False, activation="relu"),
+                              dataclasses.replace(DIRECT, swap_ab=True)),
+    "y-direct-m1-ws": (dataclasses.replace(BASE, m=1), dataclasses.replace(DIRECT, tile_m=64, kernel_schedule="ws",
+                                                                         tile_scheduler="grid")),
+    "y-direct-stream-k-narrow": (dataclasses.replace(BASE, m=999, n=13, activation="relu"),
+                                 dataclasses.replace(DIRECT, tile_m=256, kernel_schedule="cooperative",
+                                                     tile_scheduler="streamk")),
     # Copies x and y: the case for overlapped launches (programmatic dependent launch).
     "x-and-y-copied": (BIAS_ONLY, dataclasses.replace(CONFIG, pad=True)),
     # K sliced on the batch dimension; the reduction kernel adds bias and activation.
@@ -80,10 +93,13 @@ CASES = {
                               epilogue_schedule="tma", tile_scheduler="grid", pad=True)),
 }
 # x read in place through row views (space.RowViews), each with 8, 4 or 2 views: swapped with y's
-# unaligned rows stored by nosmem; the visitor tree's GELU with y aligned; the ws grid on a small
+# unaligned rows stored by nosmem, and by direct with GELU; the visitor tree's GELU with y aligned; the ws grid on a small
 # M; stream-K over the views' batch; and K = 7 with y copied out of its padded buffer.
 VIEW_CASES = {
     "views-swapped-nosmem": (BIAS_ONLY, dataclasses.replace(NOSMEM, swap_ab=True)),
+    "views-swapped-direct-gelu": (dataclasses.replace(BASE, activation="gelu"),
+                                  dataclasses.replace(DIRECT, tile_m=256, tile_n=96, kernel_schedule="cooperative",
+                                                      cluster_n=2, swap_ab=True)),
     "views-gelu-f16": (Layer(m=96, n=256, k=1002, dtype="f16", bias=True, activation="gelu"),
                        dataclasses.replace(CONFIG, pad=True)),
     "views-ws-swapped": (Layer(m=16, n=512, k=1004, dtype="bf16", bias=True),
@@ -180,6 +196,7 @@ def created(built, name: str, splits: int = 1, *, m: int | None = None, views: b
                                           ("x-and-y-copied", False, None),
                                           # W's shifted copies are rebuilt for the new W.
                                           ("views-swapped-nosmem", True, None), ("views-gelu-f16", True, None),
+                                          ("views-swapped-direct-gelu", True, None), ("y-direct-silu", False, None),
                                           # M not a multiple of the views' 8: x is copied instead.
                                           ("views-swapped-nosmem", True, 251)])
 def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name, views, m):

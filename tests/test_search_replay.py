@@ -507,6 +507,23 @@ def test_a_new_study_starts_from_priors_only_where_they_are_choices_of_its_space
     assert all(Space.params_from_config(c)[d] in dims[d] for c in top for d in dims)
 
 
+def test_a_nosmem_prior_is_followed_by_its_direct_twin():
+    """A winner found before the direct epilogue stores y's unaligned rows with nosmem; its twin
+    with the direct epilogue is measured with it. Other priors get none."""
+    from cutsearch.search import first_configs
+
+    layer = Layer(m=3000, n=1001, k=999, bias=True)
+    prior = Config(tile_m=128, tile_n=192, tile_k=64, cluster_n=2, kernel_schedule="cooperative",
+                   epilogue_schedule="nosmem", swap_ab=True, pad=True)
+    padded = dataclasses.replace(prior, epilogue_schedule="tma")
+    assert invalid_reason(layer, prior) is None and invalid_reason(layer, padded) is None
+    top = first_configs(layer, Space(layer), 8, priors=(prior, padded))
+    assert top[:3] == [prior, dataclasses.replace(prior, epilogue_schedule="direct"), padded]
+    # A space without the direct epilogue gets no twin.
+    plain = Space(layer, schedules=tuple(s for s in SCHEDULES if "/direct/" not in s))
+    assert first_configs(layer, plain, 8, priors=(prior, padded))[:2] == [prior, padded]
+
+
 def test_each_prior_is_followed_by_its_grid_twin_where_one_wave_covers_the_output():
     """A winner found before the ws schedule is a persistent kernel; its twin on one wave of
     tiles is measured with it. Where the tiles need more than one wave there is no twin."""

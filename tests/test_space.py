@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from cutsearch.problem import Layer
-from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, TILE_K, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
+from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, TILE_K, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
                              smem_bytes, split_k_pays)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
@@ -39,9 +39,10 @@ def cfg(**kw) -> Config:
     (ALIGNED, cfg(stages=7), "7 stages need 257 KiB of shared memory, over 227 KiB"),
     (ALIGNED, cfg(tile_n=256, tile_k=128, stages=3), "3 stages need 321 KiB of shared memory"),
     (UNALIGNED_K, cfg(), "K=999 gives 2-byte rows; the TMA mainloop needs 16 (pad)"),
-    (UNALIGNED_N, cfg(), "N=1001 gives unaligned output rows: only the nosmem or staged epilogue stores them (or pad)"),
+    (UNALIGNED_N, cfg(), "N=1001 gives unaligned output rows: only the nosmem, staged or direct epilogue stores them (or pad)"),
     (ALIGNED, cfg(epilogue_schedule="nosmem"), "the nosmem epilogue only serves unaligned output rows"),
     (ALIGNED, cfg(epilogue_schedule="staged"), "the staged epilogue only serves unaligned output rows"),
+    (ALIGNED, cfg(epilogue_schedule="direct"), "the direct epilogue only serves unaligned output rows"),
     (UNALIGNED_N, cfg(tile_m=64, kernel_schedule="pingpong", epilogue_schedule="staged"),
      "the staged epilogue needs the cooperative schedule"),
     (dataclasses.replace(UNALIGNED_N, activation="relu"), cfg(epilogue_schedule="nosmem"),
@@ -51,6 +52,8 @@ def cfg(**kw) -> Config:
     (dataclasses.replace(UNALIGNED_N, m=1001, n=1024, bias=True, output="transposed"), cfg(epilogue_schedule="nosmem"),
      "bias as a source C broadcast along y's rows: not for y^T"),
     (dataclasses.replace(UNALIGNED_N, m=1001, n=1024, bias=True, output="transposed"), cfg(epilogue_schedule="staged"),
+     "bias as a source C broadcast along y's rows: not for y^T"),
+    (dataclasses.replace(UNALIGNED_N, m=1001, n=1024, bias=True, output="transposed"), cfg(epilogue_schedule="direct"),
      "bias as a source C broadcast along y's rows: not for y^T"),
     (ALIGNED, cfg(pad=True), "padding is a no-op for this layer"),
     (ALIGNED, cfg(kernel_schedule="pingpong", epilogue_schedule="auto"), "must both be auto or both explicit"),
@@ -70,7 +73,7 @@ def cfg(**kw) -> Config:
     (ALIGNED, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid"),
      "the ws schedule launches a CTA a tile: 2048 tiles are more than one wave of 132 SMs"),
     (UNALIGNED_N, cfg(kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="staged"),
-     "the ws schedule takes the TMA or the nosmem epilogue"),
+     "the ws schedule takes the TMA, the nosmem or the direct epilogue"),
     (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=16, kernel_schedule="ws", tile_scheduler="grid", split_k=True),
      "split-K runs on the persistent scheduler"),
 ], ids=lambda v: v if isinstance(v, str) else None)
@@ -99,6 +102,13 @@ def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=192, kernel_schedule="pingpong", epilogue_schedule="fixup",
                                       split_k=True)),                    # the fixup's largest pingpong tile
     (UNALIGNED_N, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="nosmem")),
+    # The direct epilogue fuses the activation, on each schedule that has a nosmem epilogue.
+    (dataclasses.replace(ODD, bias=True, activation="gelu"), cfg(epilogue_schedule="direct", pad=True)),
+    (dataclasses.replace(ODD, bias=True, activation="silu"),
+     cfg(tile_m=64, kernel_schedule="pingpong", epilogue_schedule="direct", pad=True, swap_ab=True)),
+    (dataclasses.replace(UNALIGNED_N, activation="relu"),
+     cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="direct")),
+    (UNALIGNED_N, cfg(epilogue_schedule="direct", tile_scheduler="streamk")),
 ], ids=lambda v: v.key if isinstance(v, Config) else None)
 def test_configs_that_follow_every_rule_are_valid(layer, config):
     assert invalid_reason(layer, config) is None
@@ -127,14 +137,18 @@ def test_nosmem_epilogue_frees_the_shared_memory_of_the_tma_epilogue():
     assert smem_bytes(tma, "f16", 4) - smem_bytes(nosmem, "f16", 4) == 64 * 128 * 4
 
 
+def test_direct_epilogue_needs_no_shared_memory():
+    assert smem_bytes(cfg(epilogue_schedule="direct"), "f16", 4) == smem_bytes(cfg(epilogue_schedule="nosmem"), "f16", 4)
+
+
 def test_staged_epilogue_takes_16_rows_of_40_floats_a_consumer_warp():
     staged, nosmem = cfg(epilogue_schedule="staged"), cfg(epilogue_schedule="nosmem")
     assert smem_bytes(staged, "f16", 4) - smem_bytes(nosmem, "f16", 4) == 8 * 16 * 40 * 4
 
 
-def test_staged_epilogue_pads_k_alone_like_nosmem():
+def test_staged_and_direct_epilogues_pad_k_alone_like_nosmem():
     layer = dataclasses.replace(ODD, bias=True)
-    for epilogue in ("nosmem", "staged"):
+    for epilogue in ("nosmem", "staged", "direct"):
         kp = kernel_problem(layer, cfg(pad=True, epilogue_schedule=epilogue))
         assert (kp.pad_k, kp.pad_n, kp.align_d) == (1000, 1001, 1)
 
@@ -366,7 +380,7 @@ def test_schedule_dimension_holds_only_pairs_cutlass_accepts():
         kernel, epilogue, scheduler = schedule.split("/")
         config = Config(tile_m=128, tile_n=64 if epilogue == "fixup" else 128, tile_k=64, kernel_schedule=kernel,
                         epilogue_schedule=epilogue, tile_scheduler=scheduler, split_k=epilogue == "fixup")
-        layer = UNALIGNED_N if epilogue in ("nosmem", "staged") else DECODE if epilogue == "fixup" else ALIGNED
+        layer = UNALIGNED_N if epilogue in SIMT_EPILOGUES else DECODE if epilogue == "fixup" else ALIGNED
         if kernel == "ws":  # one wave of tiles
             layer = dataclasses.replace(layer, m=256)
         reason = invalid_reason(layer, config)

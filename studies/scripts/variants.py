@@ -2,11 +2,11 @@
 one GPU: choices the default space leaves out (`space`: 256-deep k-tiles, clusters of four;
 `split-k`), split-K summed by the GEMM's own epilogue at the base's tile and at tiles twice as
 large in M or N (`fixup`), the staged epilogue in place of the nosmem one, direct and swapped
-(`staged`), CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224), and the same
+(`staged`), the direct epilogue in place of the nosmem or staged one (`direct`), CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224), and the same
 tile on CUTLASS's non-persistent warp-specialized kernel, one CTA a tile (`ws`).
 
     python studies/scripts/variants.py RECORDING.json OUT.json [--top 4] [--jobs 16]
-                                       [--kinds space,split-k,fixup,staged,tiles,ws]
+                                       [--kinds space,split-k,fixup,staged,direct,tiles,ws]
 
 RECORDING is an exhaustive recording of the layer (studies/recorded/...): its `top` fastest
 configs are the bases. Every base and variant is built, checked against the float64 reference
@@ -28,7 +28,7 @@ from cutsearch.problem import Layer
 from cutsearch.space import CLUSTERS, TILE_K, TILE_N, Config, invalid_reason, split_k_helps
 
 
-KINDS = ("space", "split-k", "fixup", "staged", "tiles", "ws")
+KINDS = ("space", "split-k", "fixup", "staged", "direct", "tiles", "ws")
 
 
 def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list[Config]:
@@ -47,6 +47,11 @@ def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list
     if "staged" in kinds and base.epilogue_schedule == "nosmem":
         staged = dataclasses.replace(base, epilogue_schedule="staged")
         out += [staged, dataclasses.replace(staged, swap_ab=not base.swap_ab)]
+    if "direct" in kinds and base.epilogue_schedule in ("nosmem", "staged"):
+        direct = dataclasses.replace(base, epilogue_schedule="direct")
+        out.append(direct)
+        if base.epilogue_schedule == "staged":  # its fast orientation is the direct one's slow one
+            out.append(dataclasses.replace(direct, swap_ab=not base.swap_ab))
     if "tiles" in kinds:
         out += [dataclasses.replace(base, tile_n=n) for n in TILE_N if n & (n - 1)]  # not a power of two
     if "ws" in kinds and not base.split_k:

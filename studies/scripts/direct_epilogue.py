@@ -1,0 +1,83 @@
+"""The direct epilogue against the epilogues it would replace, on the best recorded configs of
+layers whose y rows are not 16-byte aligned, in one run on one GPU.
+
+    python studies/scripts/direct_epilogue.py OUT_DIR RECORDING.json [RECORDING.json ...] [--top 4]
+                                              [--jobs 16] [--dtypes f16,bf16]
+
+Each RECORDING's `top` fastest configs that store y with the nosmem or staged epilogue are the
+bases; each gets its twin with the direct epilogue (templates/epilogue.cuh), and a staged base a
+second twin with A and B swapped the other way (the staged epilogue's fast orientation of y is
+the direct one's slow one; `direct_flipped` in the summary). Bases and twins are
+built, checked against the float64 reference and timed beside cuBLAS by the search's own
+evaluator over their whole knob grid (x's row views included where they apply), in each of
+`dtypes` (default: the recording's). OUT_DIR gets one recording per layer and dtype, and
+`summary.json`: per base, its best screened median and its twin's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from cutsearch.efficiency import Recording
+from cutsearch.outcome import Measurement
+from cutsearch.problem import Layer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variants import best_recorded, measure  # noqa: E402
+
+
+def summarize(recording: Path, bases: list) -> dict:
+    rec = Recording.load(recording)
+    by_key = {ev.config.key: ev.outcome for ev in rec.evaluations}
+
+    def best(key: str) -> dict:
+        o = by_key.get(key)
+        if not isinstance(o, Measurement):
+            return {"config": key, "failed": getattr(getattr(o, "kind", None), "value", "missing")}
+        return {"config": key, "us": o.median_us, "knobs": o.knobs.to_dict(), "cublas_us": o.baseline.median_us,
+                "speedup": o.speedup}
+
+    pairs = []
+    for b in bases:
+        direct = dataclasses.replace(b, epilogue_schedule="direct")
+        pair = {"base": best(b.key), "direct": best(direct.key)}
+        if b.epilogue_schedule == "staged":
+            pair["direct_flipped"] = best(dataclasses.replace(direct, swap_ab=not b.swap_ab).key)
+        pairs.append(pair)
+    return {"layer": rec.layer.to_dict(), "pairs": pairs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("recordings", type=Path, nargs="+")
+    ap.add_argument("--top", type=int, default=4)
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--dtypes", default=None, help="comma-separated; default: each recording's own")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = []
+    for recording in args.recordings:
+        recorded = Layer.from_dict(json.loads(recording.read_text())["layer"])
+        _, bases = best_recorded(recording, args.top, keep=lambda c: c.epilogue_schedule in ("nosmem", "staged"))
+        for dtype in (args.dtypes.split(",") if args.dtypes else [recorded.dtype]):
+            layer = dataclasses.replace(recorded, dtype=dtype)
+            out = args.out / f"direct-{layer.slug}.json"
+            measure(layer, bases, ("direct",), out, study=f"direct-{layer.slug}", jobs=args.jobs,
+                    command=f"python studies/scripts/direct_epilogue.py OUT {recording} --top {args.top} "
+                            f"--dtypes {dtype}")
+            summary.append(summarize(out, bases))
+            for pair in summary[-1]["pairs"]:
+                b, d = pair["base"], pair["direct"]
+                f = pair.get("direct_flipped", {})
+                print(f"  {b['config']}: {b.get('us', b.get('failed'))} -> direct {d.get('us', d.get('failed'))}"
+                      + (f", flipped {f.get('us', f.get('failed'))}" if f else ""), flush=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

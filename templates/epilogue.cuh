@@ -38,27 +38,11 @@ struct BaseTypes {
   using GmemTiledCopyD = void;
 };
 
-// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids. Warps: the
-// consumer warps of one CTA that run the epilogue at the same time.
-template <class Base, int Act, int Warps>
-class StagedEpilogue : public BaseTypes<Base> {
- public:
-  using typename BaseTypes<Base>::ElementD;
-  using typename BaseTypes<Base>::StrideD;
-  using typename BaseTypes<Base>::StrideC;
-  using typename BaseTypes<Base>::GmemElementC;
-  using typename BaseTypes<Base>::ThreadEpilogueOp;
+// An epilogue with no workspace of its own: its parameters are its arguments.
+template <class Base>
+struct NoWorkspace : BaseTypes<Base> {
   using Arguments = typename Base::Arguments;
   using Params = Arguments;
-
-  static constexpr int kRows = 16;          // a warp's rows of an SM90 GMMA accumulator
-  static constexpr int kCols = 32;          // columns staged at a time
-  static constexpr int kPitch = kCols + 8;  // float2 writes and row reads free of bank conflicts
-
-  struct SharedStorage {
-    cute::array_aligned<float, Warps * kRows * kPitch> stage;
-  };
-  using TensorStorage = SharedStorage;
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
@@ -71,6 +55,31 @@ class StagedEpilogue : public BaseTypes<Base> {
                                               cutlass::CudaHostAdapter* = nullptr) {
     return cutlass::Status::kSuccess;
   }
+};
+
+// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids. Warps: the
+// consumer warps of one CTA that run the epilogue at the same time.
+template <class Base, int Act, int Warps>
+class StagedEpilogue : public NoWorkspace<Base> {
+ public:
+  using Common = NoWorkspace<Base>;
+  using typename Common::ElementD;
+  using typename Common::StrideD;
+  using typename Common::StrideC;
+  using typename Common::GmemElementC;
+  using typename Common::ThreadEpilogueOp;
+  using typename Common::Arguments;
+  using typename Common::Params;
+
+  static constexpr int kRows = 16;          // a warp's rows of an SM90 GMMA accumulator
+  static constexpr int kCols = 32;          // columns staged at a time
+  static constexpr int kPitch = kCols + 8;  // float2 writes and row reads free of bank conflicts
+
+  struct SharedStorage {
+    cute::array_aligned<float, Warps * kRows * kPitch> stage;
+  };
+  using TensorStorage = SharedStorage;
+
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const&) { return true; }
 
@@ -196,32 +205,22 @@ CUTLASS_DEVICE float load_nc(T const* p) {
 
 // Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids.
 template <class Base, int Act>
-class DirectEpilogue : public cutsearch_staged::BaseTypes<Base> {
+class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
  public:
-  using typename cutsearch_staged::BaseTypes<Base>::ElementD;
-  using typename cutsearch_staged::BaseTypes<Base>::StrideD;
-  using typename cutsearch_staged::BaseTypes<Base>::StrideC;
-  using typename cutsearch_staged::BaseTypes<Base>::GmemElementC;
-  using typename cutsearch_staged::BaseTypes<Base>::ThreadEpilogueOp;
-  using Arguments = typename Base::Arguments;
-  using Params = Arguments;
+  using Common = cutsearch_staged::NoWorkspace<Base>;
+  using typename Common::ElementD;
+  using typename Common::StrideD;
+  using typename Common::StrideC;
+  using typename Common::GmemElementC;
+  using typename Common::ThreadEpilogueOp;
+  using typename Common::Arguments;
+  using typename Common::Params;
   struct SharedStorage {};
   using TensorStorage = SharedStorage;
 
   static constexpr bool RowMajor = cute::is_constant<1, decltype(cute::get<1>(StrideD{}))>::value;
   static_assert(RowMajor || cute::is_constant<1, decltype(cute::get<0>(StrideD{}))>::value, "D with a unit stride");
 
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) { return 0; }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   // C, where there is one, must be the bias: constant across D's strided mode.
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {

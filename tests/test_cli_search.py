@@ -25,12 +25,13 @@ def test_search_on_the_model_prints_the_summary_as_predictions_and_writes_result
     run = cutsearch_search(cwd)
     assert run.returncode == 0, run.stderr
     results = json.loads((studies / "results" / "fc-64x64x64-f16.json").read_text())
-    assert results["trials"] == results["new_trials"] == 5
+    # A config the sampler proposes again is told its earlier result: a trial, but not a new one.
+    assert results["trials"] == 5 and 1 <= results["new_trials"] <= 5
     assert results["source"] == "predicted"
     assert results["command"] == "cutsearch search --m 64 --n 64 --k 64 --evaluator model --trials 5"
     assert "fc-64x64x64-f16: 64x64x64 f16" in run.stdout
     assert f"best kernel       │ {results['best_us']:.1f} µs" in run.stdout
-    assert "5 (5 new, 0 compiled in this run)" in run.stdout
+    assert f"5 ({results['new_trials']} new, 0 compiled in this run)" in run.stdout
     assert "model predictions, not measurements" in run.stdout
     assert "every time below is a model prediction, not a measurement" in run.stderr
     assert (studies / "fc-64x64x64-f16" / "journal.log").is_file()

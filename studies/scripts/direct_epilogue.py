@@ -16,18 +16,15 @@ evaluator over their whole knob grid (x's row views included where they apply), 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 from cutsearch.efficiency import Recording
 from cutsearch.outcome import Measurement
-from cutsearch.problem import Layer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variants import best_recorded, measure  # noqa: E402
+from variants import measure_recordings  # noqa: E402
 
 
 def summarize(recording: Path, bases: list) -> dict:
@@ -52,31 +49,15 @@ def summarize(recording: Path, bases: list) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out", type=Path)
-    ap.add_argument("recordings", type=Path, nargs="+")
-    ap.add_argument("--top", type=int, default=4)
-    ap.add_argument("--jobs", type=int, default=None)
-    ap.add_argument("--dtypes", default=None, help="comma-separated; default: each recording's own")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    summary = []
-    for recording in args.recordings:
-        recorded = Layer.from_dict(json.loads(recording.read_text())["layer"])
-        _, bases = best_recorded(recording, args.top, keep=lambda c: c.epilogue_schedule in ("nosmem", "staged"))
-        for dtype in (args.dtypes.split(",") if args.dtypes else [recorded.dtype]):
-            layer = dataclasses.replace(recorded, dtype=dtype)
-            out = args.out / f"direct-{layer.slug}.json"
-            measure(layer, bases, ("direct",), out, study=f"direct-{layer.slug}", jobs=args.jobs,
-                    command=f"python studies/scripts/direct_epilogue.py OUT {recording} --top {args.top} "
-                            f"--dtypes {dtype}")
-            summary.append(summarize(out, bases))
-            for pair in summary[-1]["pairs"]:
-                b, d = pair["base"], pair["direct"]
-                f = pair.get("direct_flipped", {})
-                print(f"  {b['config']}: {b.get('us', b.get('failed'))} -> direct {d.get('us', d.get('failed'))}"
-                      + (f", flipped {f.get('us', f.get('failed'))}" if f else ""), flush=True)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    measure_recordings("direct_epilogue.py", "direct", ("direct",),
+                       lambda layer, c: c.epilogue_schedule in ("nosmem", "staged"), summarize, report, top=4)
+
+
+def report(layer_summary: dict) -> None:
+    for pair in layer_summary["pairs"]:
+        b, d, f = pair["base"], pair["direct"], pair.get("direct_flipped", {})
+        print(f"  {b['config']}: {b.get('us', b.get('failed'))} -> direct {d.get('us', d.get('failed'))}"
+              + (f", flipped {f.get('us', f.get('failed'))}" if f else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,22 +14,18 @@ kernel's time on x handed over padded (io variant "x padded").
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import sys
 from pathlib import Path
 
 from cutsearch.efficiency import Recording
 from cutsearch.outcome import Measurement
-from cutsearch.problem import Layer
 from cutsearch.space import views_apply
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variants import best_recorded, measure  # noqa: E402
+from variants import measure_recordings  # noqa: E402
 
 
-def summarize(recording: Path) -> dict:
+def summarize(recording: Path, bases: list) -> dict:
     rec = Recording.load(recording)
     rows = []
     for ev in rec.evaluations:
@@ -46,26 +42,7 @@ def summarize(recording: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out", type=Path)
-    ap.add_argument("recordings", type=Path, nargs="+")
-    ap.add_argument("--top", type=int, default=6)
-    ap.add_argument("--jobs", type=int, default=None)
-    ap.add_argument("--dtypes", default=None, help="comma-separated; default: each recording's own")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    summary = []
-    for recording in args.recordings:
-        recorded = Layer.from_dict(json.loads(recording.read_text())["layer"])
-        _, bases = best_recorded(recording, args.top, keep=lambda c: views_apply(recorded, c))
-        for dtype in (args.dtypes.split(",") if args.dtypes else [recorded.dtype]):
-            layer = dataclasses.replace(recorded, dtype=dtype)
-            out = args.out / f"views-{layer.slug}.json"
-            measure(layer, bases, (), out, study=f"views-{layer.slug}", jobs=args.jobs,
-                    command=f"python studies/scripts/row_views.py OUT {recording} --top {args.top} --dtypes {dtype}")
-            summary.append(summarize(out))
-            report(summary[-1])
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    measure_recordings("row_views.py", "views", (), views_apply, summarize, report, top=6)
 
 
 def report(layer_summary: dict) -> None:

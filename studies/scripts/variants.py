@@ -91,6 +91,35 @@ def main() -> None:
             command=f"python studies/scripts/variants.py {args.recording} OUT --top {args.top} --kinds {args.kinds}")
 
 
+def measure_recordings(script: str, prefix: str, kinds: tuple[str, ...], keep, summarize, report, *,
+                       top: int) -> None:
+    """The main of a script that remeasures several recordings in several dtypes:
+    `script OUT_DIR RECORDING... [--top N] [--jobs J] [--dtypes f16,bf16]`. Each recording's `top`
+    fastest configs that `keep(layer, config)` accepts are measured with their variants of `kinds`
+    into OUT_DIR/PREFIX-<layer>.json; `summarize(path, bases)` of each goes to `report` and to
+    OUT_DIR/summary.json."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("recordings", type=Path, nargs="+")
+    ap.add_argument("--top", type=int, default=top)
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--dtypes", default=None, help="comma-separated; default: each recording's own")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = []
+    for recording in args.recordings:
+        recorded = Layer.from_dict(json.loads(recording.read_text())["layer"])
+        _, bases = best_recorded(recording, args.top, keep=lambda c: keep(recorded, c))
+        for dtype in (args.dtypes.split(",") if args.dtypes else [recorded.dtype]):
+            layer = dataclasses.replace(recorded, dtype=dtype)
+            out = args.out / f"{prefix}-{layer.slug}.json"
+            measure(layer, bases, kinds, out, study=f"{prefix}-{layer.slug}", jobs=args.jobs,
+                    command=f"python studies/scripts/{script} OUT {recording} --top {args.top} --dtypes {dtype}")
+            summary.append(summarize(out, bases))
+            report(summary[-1])
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
 def measure(layer: Layer, bases: list[Config], kinds: tuple[str, ...], out: Path, *, study: str, command: str,
             jobs: int | None) -> None:
     """Build, check and time `bases` and their variants of `kinds` on this GPU; record them in

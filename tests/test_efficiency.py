@@ -29,6 +29,7 @@ from cutsearch.storage import open_storage
 SMOKE = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-smoke"
 STAGED = SMOKE.parent / "h200x2-2026-11-30-staged"
 DIRECT = SMOKE.parent / "h200-2026-12-01-direct"
+DIRECT_VOCAB = SMOKE.parent / "h200-2026-12-01-direct-vocab"
 SMOKE_STUDIES = ["fc-4096x5000x1024-f16", "fc-16x4096x4096-f16", "fc-3000x1001x999-bf16-bias-gelu"]
 
 
@@ -353,26 +354,44 @@ def test_the_model_prices_the_staged_epilogue_by_the_layout_of_y():
     assert not set(configs) & model.hopeless(rec.layer, list(Space(rec.layer)))
 
 
+def _direct_pairs(directory: Path):
+    """(layer, base, base's measurement, direct twin's measurement) for each recorded base that
+    has its direct twin beside it."""
+    for path in sorted(directory.glob("direct-fc-*.json")):
+        rec = Recording.load(path)
+        measured = {e.config: e.outcome for e in rec.measured()}
+        for config, outcome in measured.items():
+            twin = dataclasses.replace(config, epilogue_schedule="direct")
+            if config.epilogue_schedule != "direct" and twin in measured:
+                yield rec.layer, config, outcome, measured[twin]
+
+
 def test_the_model_orders_the_direct_epilogue_and_the_one_it_replaces_as_measured():
     """Recorded on the H200 in one run: the unaligned layer's 4 best nosmem configs (f16, bf16)
     and the odd-N layer's 2 best staged configs, each beside its direct twin. Direct was faster
     in each of the 8 nosmem pairs (y column-major) and slower in both staged pairs (y row-major,
     where direct stores scattered 2-byte pieces); the model, at each one's measured knobs, agrees."""
-    pairs = 0
-    for path in sorted(DIRECT.glob("direct-fc-*.json")):
-        rec = Recording.load(path)
-        measured = {e.config: e.outcome for e in rec.measured()}
-        for config, outcome in measured.items():
-            twin = dataclasses.replace(config, epilogue_schedule="direct")
-            if config.epilogue_schedule == "direct" or twin not in measured:
-                continue
-            pairs += 1
-            faster = measured[twin].median_us < outcome.median_us
-            assert faster == (config.epilogue_schedule == "nosmem"), (path.name, config.key)
-            predicted = (model.predict_us(rec.layer, twin, measured[twin].knobs)
-                         < model.predict_us(rec.layer, config, outcome.knobs))
-            assert predicted == faster, (path.name, config.key)
-    assert pairs == 10
+    pairs = list(_direct_pairs(DIRECT))
+    for layer, config, base, direct in pairs:
+        faster = direct.median_us < base.median_us
+        assert faster == (config.epilogue_schedule == "nosmem"), config.key
+        predicted = (model.predict_us(layer, dataclasses.replace(config, epilogue_schedule="direct"), direct.knobs)
+                     < model.predict_us(layer, config, base.knobs))
+        assert predicted == faster, config.key
+    assert len(pairs) == 10
+
+
+def test_the_model_prices_the_direct_epilogue_at_par_where_y_is_small_as_measured():
+    """Recorded on the H200 in one run: a vocabulary projection (8x50257x768 bf16) streams 77 MB
+    of W and stores 0.8 MB of y, and its 4 best nosmem configs and their direct twins were within
+    2% of each other either way. The model must not promise more than noise there."""
+    pairs = list(_direct_pairs(DIRECT_VOCAB))
+    for layer, config, base, direct in pairs:
+        assert abs(direct.median_us / base.median_us - 1) < 0.021, config.key
+        predicted = (model.predict_us(layer, dataclasses.replace(config, epilogue_schedule="direct"), direct.knobs)
+                     / model.predict_us(layer, config, base.knobs))
+        assert abs(predicted - 1) < 0.01, config.key
+    assert len(pairs) == 4
 
 
 def test_the_model_never_prunes_a_recorded_near_best_unaligned_kernel():

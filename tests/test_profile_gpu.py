@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cutsearch.errors import UserError
 from cutsearch.plan import CUTSEARCH, Profile, Shape, plan, read_exports, suite_toml
 from cutsearch.problem import load_layers
 
@@ -112,7 +113,10 @@ def _export_under_test() -> tuple[Shape, Path]:
     if not path:
         pytest.skip("set CUTSEARCH_TEST_EXPORT to an export directory (cutsearch export STUDY)")
     pytest.importorskip("cutsearch.torch", reason="cutsearch.torch (the export side) is not available")
-    found, _ = read_exports([Path(path)])
+    try:
+        found, _ = read_exports([Path(path)])
+    except UserError as e:  # an export of Linear+activation, say: the user's error, told as such
+        pytest.skip(f"CUTSEARCH_TEST_EXPORT: {e}")
     if not found:
         pytest.skip(f"{path} holds no export that replaces a bare nn.Linear")
     return next(iter(found.items()))

@@ -27,6 +27,11 @@ run() {  # GPU CPUS NAME SEARCH-ARGS...
   CUDA_VISIBLE_DEVICES=$gpu python3 "$here/use_export.py" "$dir/export-$name" --out "$dir/$name.use.json" \
     >> "$dir/$name.log" 2>&1
   echo "== $name"; grep -v "━" "$dir/$name.log" | grep -E "│|speedup_import|rel_error|Error|error" | tail -16
+  save
+}
+
+save() {  # what is done so far, so that a run cut by its time limit keeps its finished layers
+  tar czf "$OUT/unseen.tgz.$BASHPID" -C "$dir" --exclude='export-*' . && mv -f "$OUT/unseen.tgz.$BASHPID" "$OUT/unseen.tgz"
 }
 
 # NAME|SEARCH-ARGS per layer, from the file.
@@ -50,4 +55,4 @@ for slot in "${!gpus[@]}"; do
   ) &
 done
 wait
-tar czf "$OUT/unseen.tgz" -C "$dir" --exclude='export-*' .
+save

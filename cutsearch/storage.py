@@ -53,12 +53,22 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
         probe.unlink()
     except OSError as exc:
         raise UserError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
+    if _is_gzip(path):  # a recorded journal as committed: Optuna would read it as a corrupt one
+        raise UserError(f"{path} is gzip-compressed: `gunzip -k {path}`, then pass the uncompressed file")
     try:
         _cut_torn_tail(path)
         return JournalStorage(JournalFileBackend(str(path)))
     except Exception as exc:  # noqa: BLE001 - a corrupt journal raises from deep inside Optuna
         raise UserError(f"study file {path} is corrupted or unreadable ({type(exc).__name__}: {exc}); "
                         "move it away to start afresh") from None
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
 
 
 def _cut_torn_tail(path: Path) -> None:

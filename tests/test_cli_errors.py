@@ -8,6 +8,7 @@ not a Hopper), which drive the library in-process and check the error it raises.
 from __future__ import annotations
 
 import errno
+import gzip
 import hashlib
 import os
 import shutil
@@ -212,6 +213,15 @@ def test_corrupted_study_file_is_one_line_and_left_as_it_was(studies, garbage):
     journal.write_bytes(garbage)
     one_line_error(cutsearch("search", *LAYER, *REPLAY, "--study", "broken"), "is corrupted", str(journal))
     assert journal.read_bytes() == garbage
+
+
+def test_gzipped_journal_is_one_line_that_says_to_gunzip_it(studies, tmp_path):
+    assert cutsearch("search", *LAYER, *REPLAY, "--study", "z", "--trials", "1").returncode == 0
+    packed = tmp_path / "z.journal.log.gz"
+    packed.write_bytes(gzip.compress((studies / "z" / "journal.log").read_bytes()))
+    before = packed.read_bytes()
+    one_line_error(cutsearch("show", "z", "--storage", str(packed)), "is gzip-compressed", "gunzip -k")
+    assert packed.read_bytes() == before
 
 
 def test_journal_cut_short_by_a_crash_resumes_and_stays_readable(studies):

@@ -1,7 +1,8 @@
 """The exported kernel through `cutsearch.load`, on the GPU, in a fresh process.
 
-Needs an export with a real kernel: CUTSEARCH_TEST_EXPORT names its directory (for example
-`cutsearch export <study> --out exports/<study>` after a search on the H200).
+The first test needs an export with a real kernel: CUTSEARCH_TEST_EXPORT names its directory (for
+example `cutsearch export <study> --out exports/<study>` after a search on the H200). The layout
+tests search and export their own (two kernels each).
 """
 
 from __future__ import annotations
@@ -9,12 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import cutsearch
+from cutsearch.export import export
+from cutsearch.problem import Layer
 
 pytestmark = pytest.mark.gpu
 
 EXPORT = os.environ.get("CUTSEARCH_TEST_EXPORT")
+ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = r"""
 import sys, torch, torch.nn.functional as F
@@ -77,5 +84,59 @@ print("ok", err(y), err(y2), err(y3))
 @pytest.mark.skipif(not EXPORT, reason="set CUTSEARCH_TEST_EXPORT to an export directory with a real kernel")
 def test_exported_kernel_in_a_fresh_process_is_correct_eager_on_a_side_stream_and_in_a_cuda_graph():
     proc = subprocess.run([sys.executable, "-c", SCRIPT, EXPORT], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ok")
+
+
+# A padded or transposed layout through `cutsearch.load`, as an application calls it: x handed over
+# with padded rows (the padding finite but not zero, which W's zero padding must cancel), y written
+# padded or as y^T into the caller's buffer, or returned when no buffer is given.
+LAYOUT_SCRIPT = r"""
+import sys, torch, torch.nn.functional as F
+import cutsearch
+
+fc = cutsearch.load(sys.argv[1])
+assert fc.backend == "cutlass", fc.backend
+spec = fc.spec
+dt = {"f16": torch.float16, "bf16": torch.bfloat16}[spec.dtype]
+gen = torch.Generator(device="cuda").manual_seed(7)
+x = torch.full((spec.m, spec.x_pitch), 3.0, device="cuda", dtype=dt)
+x[:, : spec.k] = torch.randn(spec.m, spec.k, device="cuda", dtype=dt, generator=gen)
+w = torch.randn(spec.n, spec.k, device="cuda", dtype=dt, generator=gen) / spec.k ** 0.5
+b = torch.randn(spec.n, device="cuda", dtype=dt, generator=gen) if spec.bias else None
+fc.prepare(w, b)
+act = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}[spec.activation]
+ref = act(x[:, : spec.k].double() @ w.double().T + (b.double() if b is not None else 0))
+
+def err(out):
+    y = out.T if spec.output == "transposed" else out[:, : spec.n]
+    assert not torch.isnan(y).any()
+    return float(torch.linalg.norm(y.double() - ref) / torch.linalg.norm(ref))
+
+out = torch.full(spec.y_shape, float("nan"), device="cuda", dtype=dt)
+assert fc(x, out=out) is out
+returned = fc(x)
+torch.cuda.synchronize()
+assert tuple(returned.shape) == spec.y_shape, (tuple(returned.shape), spec.y_shape)
+assert err(out) < 1e-2 and err(returned) < 1e-2, (err(out), err(returned))
+print("ok", err(out), err(returned))
+"""
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("layer", [
+    Layer(m=64, n=1001, k=999, dtype="f16", bias=True, input="padded", output="padded"),
+    Layer(m=64, n=1001, k=999, dtype="bf16", bias=True, activation="relu", output="transposed"),
+], ids=["x-and-y-padded-f16", "y-transposed-bf16-relu"])
+def test_a_layout_export_through_load_in_a_fresh_process_is_correct(layer, private_dirs, tmp_path):
+    study = f"layout-{layer.slug}"
+    result = cutsearch.tune(layer, trials=2, evaluator="gpu", study=study, command="pytest layout through load")
+    assert result.best is not None, f"no candidate ran correctly: {result.failures}"
+    if result.best.median_us >= result.cublas_us:  # the export would be the cuBLAS fallback
+        pytest.skip(f"cuBLAS won ({result.cublas_us:.1f} against {result.best.median_us:.1f} µs)")
+    exported = export(study, out=tmp_path / "export")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", LAYOUT_SCRIPT, str(exported)], capture_output=True, text=True,
+                          timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")

@@ -78,6 +78,8 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         step_s *= 0.95  # pingpong overlaps one tile's epilogue with the next tile's MMA; ws runs a tile alike
     stages = config.stages or builder_stages(config, layer.dtype)
     step_s *= coeff.stage_penalty[min(stages, len(coeff.stage_penalty) - 1)]
+    if config.kernel_schedule == "cooperative" and config.tile_n in SLOW_COOPERATIVE_TILE_N:
+        step_s *= SLOW_COOPERATIVE_TILE_N_FACTOR
     slots = SM_COUNT // cluster * cluster
     splits = 1
     if config.tile_scheduler == "streamk" and knobs is not None and knobs.decomposition in (2, 3):
@@ -127,6 +129,14 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         t_us -= GRID_SAVING_US
     return t_us
 
+
+# Cooperative kernels with a 160- or 224-wide CTA tile ran slower than their waves and operand
+# feed say: on 33 recorded H200 configs of six layers, a median 1.25x of the model's time relative
+# to each recording's median, against 0.98x for 96- and 192-wide ones (pingpong showed nothing
+# alike). Without the term, both constant sets put 128x224 first for 512x14336x4096, where every
+# such config took 123 µs or more and the best 104 µs (studies/recorded/h200-2026-12-01-unseen-mixed/).
+SLOW_COOPERATIVE_TILE_N = (160, 224)
+SLOW_COOPERATIVE_TILE_N_FACTOR = 1.25
 
 # The share of row views' extra reads of W (its P - 1 more copies) that a call waits for. On 106
 # recorded H200 configs of five layers measured both ways, the model then picks the faster of

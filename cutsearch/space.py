@@ -16,7 +16,9 @@ from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, Layer, alignment, pad_to
 TILE_M = (64, 128, 256)
 # N between the powers of two fills the SMs better where N is not a multiple of 128: on the H200,
 # 4000x333x2048 went from 21.9 to 19.0 µs with 128x96 tiles, 3000x1001x999 from 32.2 to 30.2 µs
-# with 256x96 (studies/recorded/h200x2-2026-11-30-tiles/).
+# with 256x96 (studies/recorded/h200x2-2026-11-30-tiles/). Multiples of 16 that are not of 32
+# fill waves better still on paper, but 128x112 and 128x240 took 1.7-1.9x as long as their bases
+# (studies/recorded/h200-2026-12-01-waves/).
 TILE_N = (16, 32, 64, 96, 128, 160, 192, 224, 256)
 TILE_K = (32, 64, 128, 256)
 CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))
@@ -223,6 +225,12 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         # ptxas (nvcc 13.0): 940-1928 bytes of spills for each of 128x128, 64x256 (pingpong),
         # 128x256 and 256x128 (cooperative); none for 64x192 pingpong.
         return "the fixup epilogue beside 128 accumulator registers a thread spills registers"
+    if (layer.activation == "gelu" and layer.bias and c.swap_ab and c.epilogue_schedule == "tma"
+            and c.tile_scheduler != "streamk" and c.tile_m * c.tile_n == 128 * 128 * warpgroups):
+        # ptxas (nvcc 13.0): 32-48 bytes of spills in each of the 27 such builds recorded on the
+        # H200, of four layers (studies/recorded/), where GELU meets a bias broadcast along the
+        # swapped D's columns. Unswapped, the 27 recorded builds of such tiles were clean.
+        return "GELU after a bias on swapped A and B, beside 128 accumulator registers a thread, spills registers"
     if c.split_k:
         reason = _split_k_invalid(layer, c, kp)
         if reason:

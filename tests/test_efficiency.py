@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import optuna
@@ -29,6 +30,7 @@ from cutsearch.storage import open_storage
 SMOKE = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-smoke"
 STAGED = SMOKE.parent / "h200x2-2026-11-30-staged"
 DIRECT = SMOKE.parent / "h200-2026-12-01-direct"
+MIXED = SMOKE.parent / "h200-2026-12-01-unseen-mixed"
 DIRECT_VOCAB = SMOKE.parent / "h200-2026-12-01-direct-vocab"
 SMOKE_STUDIES = ["fc-4096x5000x1024-f16", "fc-16x4096x4096-f16", "fc-3000x1001x999-bf16-bias-gelu"]
 
@@ -392,6 +394,43 @@ def test_the_model_prices_the_direct_epilogue_at_par_where_y_is_small_as_measure
                      / model.predict_us(layer, config, base.knobs))
         assert abs(predicted - 1) < 0.01, config.key
     assert len(pairs) == 4
+
+
+# Every recording that holds cooperative TMA kernels with a 160- or 224-wide CTA tile.
+WIDE_TILE_RECORDINGS = [MIXED / "gate_silu.json", MIXED / "encoder_fc1.json",
+                        SMOKE.parent / "h200-2026-12-01-unseen-views" / "coords_relu.json",
+                        SMOKE.parent / "h200-2026-12-01-unseen-views" / "odd_k_bias.json",
+                        *(SMOKE.parent / "h200x2-2026-11-30-suite-v5" / f"suite-{layer}-{dtype}.json"
+                          for layer in ("mlp_up", "square_8k") for dtype in ("f16", "bf16"))]
+
+
+def test_the_model_prices_cooperative_160_and_224_wide_tiles_as_measured():
+    """Recorded on the H200: 33 such configs of six layers. Measured over predicted, relative to
+    the median over the recording's one-kernel TMA configs, was 1.25 before the model slowed
+    their mainloop; the 96- and 192-wide ones sat at 0.98."""
+    ratios = {"slow": [], "other": []}
+    for path in WIDE_TILE_RECORDINGS:
+        rec = Recording.load(path)
+        plain = [(e.config, e.outcome.median_us / model.predict_us(rec.layer, e.config, e.outcome.knobs))
+                 for e in rec.measured() if e.config.kernel_schedule in ("cooperative", "pingpong")
+                 and e.config.epilogue_schedule == "tma" and e.config.tile_scheduler == "persistent"
+                 and not e.config.split_k]
+        typical = statistics.median(r for _, r in plain)
+        for c, r in plain:
+            if c.kernel_schedule == "cooperative" and c.tile_n in (96, 160, 192, 224):
+                ratios["slow" if c.tile_n in model.SLOW_COOPERATIVE_TILE_N else "other"].append(r / typical)
+    assert len(ratios["slow"]) == 33 and len(ratios["other"]) >= 10
+    assert all(0.9 < statistics.median(r) < 1.1 for r in ratios.values())
+
+
+def test_a_new_studys_first_configs_skip_the_slow_wide_tiles():
+    """Recorded on the H200: the first default search of 512x14336x4096 (bf16, SiLU) built the
+    model's picks first, and its first 16 configs were all 160- and 224-wide cooperative ones
+    (123 µs and slower; the best of the 32 it measured took 103.8 µs)."""
+    rec = Recording.load(MIXED / "gate_silu.json")
+    times = {e.config: e.outcome.median_us for e in rec.measured()}
+    picks = model.warm_start(rec.layer, list(times), 8)
+    assert min(times[c] for c in picks) <= 1.01 * min(times.values())
 
 
 def test_the_model_never_prunes_a_recorded_near_best_unaligned_kernel():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ UNALIGNED_K = Layer(m=512, n=1024, k=999)
 UNALIGNED_N = Layer(m=512, n=1001, k=1024)
 ODD = Layer(m=3000, n=1001, k=999, dtype="bf16", bias=True, activation="gelu")
 SMALL = Layer(m=256, n=1024, k=1024)
+GELU = Layer(m=1500, n=5120, k=1280, bias=True, activation="gelu")
 
 
 def cfg(**kw) -> Config:
@@ -76,6 +78,9 @@ def cfg(**kw) -> Config:
      "the ws schedule takes the TMA, the nosmem or the direct epilogue"),
     (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=16, kernel_schedule="ws", tile_scheduler="grid", split_k=True),
      "split-K runs on the persistent scheduler"),
+    (GELU, cfg(kernel_schedule="pingpong", swap_ab=True), "GELU after a bias on swapped A and B"),
+    (GELU, cfg(tile_n=256, swap_ab=True), "spills registers"),
+    (GELU, cfg(tile_m=64, tile_n=256, kernel_schedule="pingpong", swap_ab=True), "spills registers"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     assert reason in (invalid_reason(layer, config) or "")
@@ -98,6 +103,10 @@ def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     (UNALIGNED_N, cfg(pad=True)),
     (ODD, cfg(pad=True, swap_ab=True)),
     (ALIGNED, Config(tile_m=128, tile_n=128, tile_k=64)),                 # both schedules auto
+    (GELU, cfg(kernel_schedule="pingpong")),                              # unswapped, GELU's 128x128 builds clean
+    (GELU, cfg(swap_ab=True)),                                            # 64 accumulator registers a thread
+    (GELU, cfg(tile_n=256, swap_ab=True, tile_scheduler="streamk")),
+    (dataclasses.replace(GELU, activation="silu"), cfg(kernel_schedule="pingpong", swap_ab=True)),
     (SMALL, cfg(kernel_schedule="ws", tile_scheduler="grid")),            # 128x128 in one warpgroup
     (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=192, kernel_schedule="pingpong", epilogue_schedule="fixup",
                                       split_k=True)),                    # the fixup's largest pingpong tile
@@ -434,3 +443,27 @@ def test_default_space_leaves_out_deep_k_tiles_and_clusters_of_four_which_stay_s
     assert {256} <= {k for k, _, _ in wide} and {(2, 2), (4, 1), (1, 4)} <= {(m, n) for _, m, n in wide}
     assert set(DEFAULT_CLUSTERS) < set(CLUSTERS)
     assert not any(c.tile_k == 256 or c.cluster_m * c.cluster_n == 4 for c in Space(layer))
+
+
+def test_the_gelu_spill_rule_refuses_exactly_the_recorded_spills():
+    """Recorded H200 builds (nvcc 13.0) of GELU after a bias: every swapped config with 128
+    accumulator registers a thread that the rule refuses spilled, and no recorded build that it
+    refuses was clean."""
+    from cutsearch.efficiency import Recording
+    from cutsearch.errors import UserError
+    from cutsearch.outcome import Failure
+
+    recorded = Path(__file__).resolve().parent.parent / "studies" / "recorded"
+    outcomes = {}
+    for path in sorted(recorded.glob("*/*.json")):
+        try:
+            rec = Recording.load(path)
+        except UserError:  # summaries and other JSON files beside the recordings
+            continue
+        if rec.layer.activation == "gelu" and rec.layer.bias:
+            for e in rec.evaluations:
+                spilled = isinstance(e.outcome, Failure) and "spilled" in e.outcome.message
+                outcomes[(rec.layer.shape, rec.layer.dtype, e.config.key)] = (rec.layer, e.config, spilled)
+    refused = [spilled for layer, config, spilled in outcomes.values()
+               if "GELU after a bias" in (invalid_reason(layer, config) or "")]
+    assert len(refused) == 27 and all(refused)

@@ -2,11 +2,12 @@
 one GPU: choices the default space leaves out (`space`: 256-deep k-tiles, clusters of four;
 `split-k`), split-K summed by the GEMM's own epilogue at the base's tile and at tiles twice as
 large in M or N (`fixup`), the staged epilogue in place of the nosmem one, direct and swapped
-(`staged`), the direct epilogue in place of the nosmem or staged one (`direct`), CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224), and the same
-tile on CUTLASS's non-persistent warp-specialized kernel, one CTA a tile (`ws`).
+(`staged`), the direct epilogue in place of the nosmem or staged one (`direct`), CTA tiles whose N is not a power of two (`tiles`: 96, 160, 192, 224), the same
+tile on CUTLASS's non-persistent warp-specialized kernel, one CTA a tile (`ws`), and a cooperative
+base on the stream-K tile scheduler (`streamk`).
 
     python studies/scripts/variants.py RECORDING.json OUT.json [--top 4] [--jobs 16]
-                                       [--kinds space,split-k,fixup,staged,direct,tiles,ws]
+                                       [--kinds space,split-k,fixup,staged,direct,tiles,ws,streamk]
 
 RECORDING is an exhaustive recording of the layer (studies/recorded/...): its `top` fastest
 configs are the bases. Every base and variant is built, checked against the float64 reference
@@ -28,7 +29,7 @@ from cutsearch.problem import Layer
 from cutsearch.space import CLUSTERS, TILE_K, TILE_N, Config, invalid_reason, split_k_helps
 
 
-KINDS = ("space", "split-k", "fixup", "staged", "direct", "tiles", "ws")
+KINDS = ("space", "split-k", "fixup", "staged", "direct", "tiles", "ws", "streamk")
 
 
 def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list[Config]:
@@ -56,6 +57,8 @@ def variants(layer: Layer, base: Config, kinds: tuple[str, ...] = KINDS) -> list
         out += [dataclasses.replace(base, tile_n=n) for n in TILE_N if n & (n - 1)]  # not a power of two
     if "ws" in kinds and not base.split_k:
         out.append(dataclasses.replace(base, kernel_schedule="ws", tile_scheduler="grid"))
+    if "streamk" in kinds and base.kernel_schedule == "cooperative":
+        out.append(dataclasses.replace(base, tile_scheduler="streamk"))
     return [c for c in dict.fromkeys(out) if c != base and invalid_reason(layer, c) is None]
 
 

@@ -163,13 +163,10 @@ def record_study(study_name: str, *, storage: str, out: Path, command: str | Non
     """
     import optuna
 
-    from cutsearch.storage import open_storage
+    from cutsearch.storage import load_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=study_name, storage=open_storage(storage))
-    except KeyError:
-        raise UserError(f"no study named {study_name!r} in {storage}") from None
+    study = load_study(study_name, storage)
     layer, evaluations, skipped, date = study_evaluations(study)
     if not evaluations:
         detail = ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "no trials"

@@ -25,6 +25,7 @@ from cutsearch.errors import UserError
 from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
 from cutsearch.search import TrialRecord
 from cutsearch.space import Config
+from cutsearch.storage import load_study
 
 CUBLAS = "cuBLAS (F.linear)"
 EXAMPLES_PER_KIND = 3
@@ -107,24 +108,8 @@ class Digest:
         return None
 
 
-def load_study(study: str, *, storage: str) -> optuna.Study:
-    """The named study, or a UserError that says what is missing."""
-    from cutsearch.storage import open_storage
-
-    if "://" not in storage and not Path(storage).is_file():
-        raise UserError(f"no study {study!r}: {storage} does not exist (run `cutsearch search` first)")
-    store = open_storage(storage)
-    try:
-        return optuna.load_study(study_name=study, storage=store)
-    except KeyError:
-        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False))
-        where = storage if "://" not in storage else f"the {storage.split('://', 1)[0]} storage"  # no password
-        raise UserError(f"no study named {study!r} in {where}"
-                        + (f" (it holds: {names})" if names else " (it holds none)")) from None
-
-
 def digest(study: str, *, storage: str) -> Digest:
-    return digest_of(load_study(study, storage=storage))
+    return digest_of(load_study(study, storage))
 
 
 def digest_of(study: optuna.Study) -> Digest:
@@ -177,7 +162,7 @@ def build_report(study: str, *, storage: str, out: Path) -> Path:
     """Write the study's report to `out`, one HTML file with everything inlined; returns it."""
     import plotly.offline
 
-    loaded = load_study(study, storage=storage)
+    loaded = load_study(study, storage)
     d = digest_of(loaded)
     sections = [
         ("Optimization history", _figure(_history(d), "history")),

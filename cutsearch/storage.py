@@ -63,6 +63,21 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
                         "move it away to start afresh") from None
 
 
+def load_study(name: str, url: str | Path) -> optuna.Study:
+    """The named study in the storage at `url`, or a UserError that says what is there instead."""
+    text = str(url)
+    if "://" not in text and not Path(text).is_file():
+        raise UserError(f"no study named {name!r}: {text} does not exist (run `cutsearch search` first)")
+    store = open_storage(text)
+    try:
+        return optuna.load_study(study_name=name, storage=store)
+    except KeyError:
+        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False))
+        where = text if "://" not in text else f"the {text.split('://', 1)[0]} storage"  # no password
+        raise UserError(f"no study named {name!r} in {where}"
+                        + (f" (it holds: {names})" if names else " (it holds none)")) from None
+
+
 def _is_gzip(path: Path) -> bool:
     try:
         with open(path, "rb") as f:

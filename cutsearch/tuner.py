@@ -141,21 +141,19 @@ def study_layer(study: str, storage: str | None = None, workspace: Workspace | N
 
     `wait_s` lets a worker started together with the search wait for it to create the study.
     """
-    import optuna
-
-    from cutsearch.storage import open_storage
+    from cutsearch.storage import load_study
 
     ws = workspace or Workspace()
-    store = open_storage(ws.storage_url(Workspace.check_name(study), storage))
+    url = ws.storage_url(Workspace.check_name(study), storage)
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            layer = optuna.load_study(study_name=study, storage=store).user_attrs.get("layer")
+            layer = load_study(study, url).user_attrs.get("layer")
             if layer is not None:
                 return Layer.from_dict(layer, name=study)
             missing = f"study {study!r} was not made by cutsearch: it records no layer"
-        except KeyError:
-            missing = f"no study named {study!r} in {storage or ws.journal(study)}"
+        except UserError as exc:
+            missing = str(exc)
         if time.monotonic() >= deadline:
             raise UserError(missing + (f" (waited {wait_s:.0f} s)" if wait_s else ""))
         time.sleep(0.5)

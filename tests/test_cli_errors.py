@@ -205,6 +205,18 @@ def test_worker_for_a_study_that_does_not_exist_is_one_line(studies):
     one_line_error(cutsearch("worker", "--study", "nosuch", "--evaluator", "model"), "no study named 'nosuch'")
 
 
+def test_every_command_that_reads_a_study_names_what_the_storage_holds_instead(studies, tmp_path):
+    """One lookup (storage.load_study) behind record, show, report and a joining worker."""
+    journal = studies / "held" / "journal.log"
+    searched = cutsearch("search", *LAYER, *REPLAY, "--study", "held", "--trials", "1")
+    assert searched.returncode == 0, searched.stderr
+    for args in (["record", "nosuch", "--out", str(tmp_path / "r.json")], ["show", "nosuch"],
+                 ["report", "nosuch", "--out", str(tmp_path / "r.html")],
+                 ["worker", "--study", "nosuch", "--evaluator", "model"]):
+        one_line_error(cutsearch(*args, "--storage", str(journal)), "no study named 'nosuch'", "(it holds: held)")
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "r.html").exists()
+
+
 @pytest.mark.parametrize("garbage", [b"\x00\xff\xfe garbage \x80\n\x81\n", b"hello\nworld\n{\"op_code\": 99}\n",
                                      b"not a journal, no newline"], ids=["binary", "text", "torn-garbage"])
 def test_corrupted_study_file_is_one_line_and_left_as_it_was(studies, garbage):

@@ -201,8 +201,9 @@ def test_unreachable_storage_for_a_worker_is_one_line():
                              "--evaluator", "model"), "cannot open storage")
 
 
-def test_worker_for_a_study_that_does_not_exist_is_one_line(studies):
+def test_worker_for_a_study_that_does_not_exist_is_one_line_and_writes_nothing(studies):
     one_line_error(cutsearch("worker", "--study", "nosuch", "--evaluator", "model"), "no study named 'nosuch'")
+    assert nothing_written(studies)
 
 
 def test_every_command_that_reads_a_study_names_what_the_storage_holds_instead(studies, tmp_path):

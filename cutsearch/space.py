@@ -192,6 +192,8 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
     warpgroups = 2 if c.kernel_schedule == "cooperative" or (c.kernel_schedule == "auto" and c.tile_m >= 128) else 1
     if c.tile_m * c.tile_n > 128 * 128 * warpgroups:
         return f"a {c.tile_m}x{c.tile_n} fp32 accumulator needs over 128 registers a thread in each warpgroup"
+    # The accumulator takes all 128 registers a thread it may: an epilogue that needs many more spills.
+    full_accumulator = c.tile_m * c.tile_n == 128 * 128 * warpgroups
     if c.tile_n * c.tile_k * BYTES[layer.dtype] < 1024 or c.tile_m * c.tile_k * BYTES[layer.dtype] < 1024:
         return "operand tile below 1 KiB cannot use the 128-byte TMA swizzle"
     if c.stages and smem_bytes(c, layer.dtype, c.stages) > SMEM_BYTES:
@@ -221,12 +223,12 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return f"the {c.epilogue_schedule} epilogue only serves unaligned output rows; the TMA epilogue is faster"
     if c.epilogue_schedule == "fixup" and not c.split_k:
         return "the fixup epilogue sums split-K slices: it needs split-K"
-    if c.epilogue_schedule == "fixup" and c.tile_m * c.tile_n >= 128 * 128 * warpgroups:
+    if c.epilogue_schedule == "fixup" and full_accumulator:
         # ptxas (nvcc 13.0): 940-1928 bytes of spills for each of 128x128, 64x256 (pingpong),
         # 128x256 and 256x128 (cooperative); none for 64x192 pingpong.
         return "the fixup epilogue beside 128 accumulator registers a thread spills registers"
     if (layer.activation == "gelu" and layer.bias and c.swap_ab and c.epilogue_schedule == "tma"
-            and c.tile_scheduler != "streamk" and c.tile_m * c.tile_n == 128 * 128 * warpgroups):
+            and c.tile_scheduler != "streamk" and full_accumulator):
         # ptxas (nvcc 13.0): 32-48 bytes of spills in each of the 27 such builds recorded on the
         # H200, of four layers (studies/recorded/), where GELU meets a bias broadcast along the
         # swapped D's columns. Unswapped, the 27 recorded builds of such tiles were clean.

@@ -63,12 +63,16 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
                         "move it away to start afresh") from None
 
 
-def load_study(name: str, url: str | Path) -> optuna.Study:
-    """The named study in the storage at `url`, or a UserError that says what is there instead."""
+def load_study(name: str, url: str | Path, store: optuna.storages.BaseStorage | None = None) -> optuna.Study:
+    """The named study in the storage at `url`, or a UserError that says what is there instead.
+
+    `store` is that storage already open, for a caller that asks again and again.
+    """
     text = str(url)
-    if "://" not in text and not Path(text).is_file():
-        raise UserError(f"no study named {name!r}: {text} does not exist (run `cutsearch search` first)")
-    store = open_storage(text)
+    if store is None:
+        if "://" not in text and not Path(text).is_file():
+            raise UserError(f"no study named {name!r}: {text} does not exist (run `cutsearch search` first)")
+        store = open_storage(text)
     try:
         return optuna.load_study(study_name=name, storage=store)
     except KeyError:

@@ -141,14 +141,17 @@ def study_layer(study: str, storage: str | None = None, workspace: Workspace | N
 
     `wait_s` lets a worker started together with the search wait for it to create the study.
     """
-    from cutsearch.storage import load_study
+    from cutsearch.storage import load_study, open_storage
 
     ws = workspace or Workspace()
     url = ws.storage_url(Workspace.check_name(study), storage)
     deadline = time.monotonic() + wait_s
+    store = None  # opened once it exists, not at every poll
     while True:
         try:
-            layer = load_study(study, url).user_attrs.get("layer")
+            if store is None and ("://" in url or Path(url).is_file()):
+                store = open_storage(url)
+            layer = load_study(study, url, store).user_attrs.get("layer")
             if layer is not None:
                 return Layer.from_dict(layer, name=study)
             missing = f"study {study!r} was not made by cutsearch: it records no layer"

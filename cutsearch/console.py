@@ -164,9 +164,7 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
     summary.add_column()
     summary.add_row("best kernel", "no completed trial" if best is None else
                     f"{_us(best.median_us)} (trial {best.number})")
-    runs = len(d.cublas_runs)
-    summary.add_row("cuBLAS (F.linear)", "-" if d.cublas_us is None else
-                    f"{_us(d.cublas_us)} (median of {runs} run{'s' if runs != 1 else ''})")
+    summary.add_row("cuBLAS (F.linear)", "-" if d.cublas_us is None else f"{_us(d.cublas_us)} ({d.cublas_basis})")
     summary.add_row("speedup", "-" if d.speedup is None else f"{d.speedup:.2f}x")
     summary.add_row("roofline floor", f"{d.layer.floor_us:.1f} µs" + (
         "" if d.fraction_of_floor is None else f" ({100 * d.fraction_of_floor:.0f}% reached)"))

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cutsearch.errors import UserError
 from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
-from cutsearch.search import TrialRecord
+from cutsearch.search import TrialRecord, verdict_cublas_us
 from cutsearch.space import Config
 from cutsearch.storage import load_study
 
@@ -67,13 +67,17 @@ class Digest:
 
     @property
     def cublas_runs(self) -> list[float]:
-        return [r.cublas_us for r in self.measured if r.cublas_us]
+        """cuBLAS is timed next to every measured trial (a replayed trial repeats a timing)."""
+        return [r.cublas_us for r in self.measured if r.cublas_us and not r.evaluation.get("replayed_from_study")]
 
     @property
     def cublas_us(self) -> float | None:
-        """cuBLAS is timed next to every measured trial: its median is the line to beat."""
-        runs = self.cublas_runs
-        return statistics.median(runs) if runs else None
+        """The line to beat, as the search and the export judge it (search.verdict_cublas_us)."""
+        return verdict_cublas_us(self.best, self.measured)
+
+    @property
+    def cublas_basis(self) -> str:
+        return f"lower of the run beside the best and the median of {_plural(len(self.cublas_runs), 'run')}"
 
     @property
     def speedup(self) -> float | None:
@@ -224,9 +228,8 @@ def _history(d: Digest) -> Any:
                              line=dict(color="#e45756", width=2.5)))
     span = [min(xs), max(xs)] if len(xs) > 1 else [xs[0] - 0.5, xs[0] + 0.5]
     if d.cublas_us:
-        runs = _plural(len(d.cublas_runs), "run")
         fig.add_trace(go.Scatter(x=span, y=[d.cublas_us] * 2, mode="lines", name=CUBLAS,
-                                 hovertext=f"{CUBLAS}: {d.cublas_us:.1f} µs, median of {runs}", hoverinfo="text",
+                                 hovertext=f"{CUBLAS}: {d.cublas_us:.1f} µs, {d.cublas_basis}", hoverinfo="text",
                                  line=dict(color="#54a24b", dash="dash", width=2)))
     fig.add_trace(go.Scatter(x=span, y=[d.layer.floor_us] * 2, mode="lines", name="roofline floor",
                              hovertext=f"roofline floor {d.layer.floor_us:.1f} µs", hoverinfo="text",
@@ -387,7 +390,7 @@ def _header(d: Digest) -> str:
     if d.speedup:
         speedup = f"{d.speedup:.2f}x" + (" (cuBLAS is faster)" if d.speedup < 1 else "")
     rows += [
-        (CUBLAS, f"{d.cublas_us:.1f} µs (median of {_plural(len(d.cublas_runs), 'run')})" if d.cublas_us else "-"),
+        (CUBLAS, f"{d.cublas_us:.1f} µs ({d.cublas_basis})" if d.cublas_us else "-"),
         ("speedup", speedup),
         ("roofline floor", f"{layer.floor_us:.1f} µs" + (f", {100 * d.fraction_of_floor:.0f}% reached"
                                                            if d.fraction_of_floor else "")),

@@ -58,7 +58,7 @@ def test_show_ranks_the_recorded_trials_against_cublas(tmp_path):
     assert "70.2-72.2" in rows[0] and "0.94x" in rows[0] and "│        48 │" in rows[0]
     assert "128x128x128 c1x1 pingpong/tma/persistent swap" in rows[1]
     assert "70.9 µs (trial 2)" in text
-    assert "66.7 µs (median of 4 runs)" in text
+    assert "66.6 µs (lower of the run beside the best and the median of 4 runs)" in text
     assert "53.1 µs (75% reached)" in text
     assert "4 (4 completed, 0 failed, 12 pending)" in text
     assert "cuBLAS is faster for this layer" in text
@@ -73,7 +73,7 @@ def test_show_limits_the_table_to_top(tmp_path):
 def test_show_counts_failures_by_kind(tmp_path):
     text = shown(GELU, recorded(tmp_path, GELU))
     assert "compile_error 2" in text
-    assert "1.95x" in text and "(median of 1 run)" in text
+    assert "1.95x" in text and "(lower of the run beside the best and the median of 1 run)" in text
 
 
 def test_show_counts_rule_refusals_apart_from_trials(tmp_path):

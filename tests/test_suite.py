@@ -24,8 +24,8 @@ def _result(speedup: float | None) -> SearchResult:
         meas = {"timing": {"median_us": 20.0 / speedup}, "knobs": {"raster": 1}, "baseline": {"median_us": 20.0}}
         best = TrialRecord(number=3, config=config, median_us=20.0 / speedup, cublas_us=20.0, failure_kind=None,
                            evaluation={"measurement": meas})
-    return SearchResult(study_name="s", layer=layer, best=best, trials=8, new_trials=8, new_compiles=8,
-                        failures={}, wall_s=1.0, source="measured")
+    return SearchResult(study_name="s", layer=layer, best=best, cublas_us=20.0 if best else None, trials=8,
+                        new_trials=8, new_compiles=8, failures={}, wall_s=1.0, source="measured")
 
 
 def test_a_winning_layer_records_its_kernel_and_transforms():

@@ -30,7 +30,7 @@ def _layer(m, n, k, dtype, bias, activation, layer_file, io=("contiguous", "cont
 
 @app.command("search")
 def search_cmd(
-    layer_file: Optional[Path] = typer.Argument(None, help="TOML file with a [layer] table (M, N, K, dtype, bias)."),
+    layer_file: Optional[Path] = typer.Argument(None, help="TOML file with a \\[layer] table (M, N, K, dtype, bias)."),
     m: Optional[int] = typer.Option(None, "--m", help="Rows of x (tokens in the batch)."),
     n: Optional[int] = typer.Option(None, "--n", help="Output features (rows of W)."),
     k: Optional[int] = typer.Option(None, "--k", help="Input features."),

@@ -1,17 +1,21 @@
 """Times the cuBLAS fallback an export ships against what it replaces, F.linear (and the torch
-activation), cold L2, median of 30.
+activation), cold L2, median of 30 a round.
 
-    python studies/scripts/fallback_bench.py OUT.json
+    python studies/scripts/fallback_bench.py OUT.json [--layers LAYERS.toml] [--rounds R]
 
-For each layer: the C ABI library (templates/cublas_fallback.cu, as `cutsearch export` builds
-it), the Python loader's fallback writing into the caller's `out`, and F.linear, on the same
-inputs, each checked against float64 first.
+For each layer (the five below, or those of a layer file): the C ABI library
+(templates/cublas_fallback.cu, as `cutsearch export` builds it), the Python loader's fallback
+writing into the caller's `out`, and F.linear, on the same inputs, each checked against float64
+first. With R rounds the three are timed in turn R times, each round in another order, so that
+a drift of the GPU's speed falls on all three; each timing is then the median of the rounds'
+medians, and each round's medians are kept.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
-import sys
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -23,7 +27,7 @@ from cutsearch.cache import Cache
 from cutsearch.codegen import cutlass_version, render_fallback
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
 from cutsearch.loader import _TorchOps
-from cutsearch.problem import Layer
+from cutsearch.problem import Layer, load_layers
 from cold_l2 import save, timed as cold
 
 LAYERS = {
@@ -35,12 +39,12 @@ LAYERS = {
 }
 
 
-def main(out: Path) -> None:
+def main(out: Path, layers: dict[str, Layer], rounds: int, command: str) -> None:
     compiler = Compiler(Cache(Path(tempfile.mkdtemp())), Toolchain.find(cutlass_version()), jobs=5)
-    built = dict(compiler.compile_many((name, render_fallback(layer)) for name, layer in LAYERS.items()))
+    built = dict(compiler.compile_many((name, render_fallback(layer)) for name, layer in layers.items()))
     stream = torch.cuda.current_stream().cuda_stream
     records = []
-    for name, layer in LAYERS.items():
+    for name, layer in layers.items():
         assert isinstance(built[name], CompiledKernel), built[name]
         lib = open_library(built[name].library)
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
@@ -64,7 +68,7 @@ def main(out: Path) -> None:
         calls = {"C ABI fallback": c_abi,
                  "Python fallback into out": lambda: ops.linear(x, w, b, layer.activation, y),
                  "F.linear": lambda: act(F.linear(x, w, b))}
-        record = {"name": name, **layer.to_dict(), "timings": {}, "rel_error": {}}
+        record = {"name": name, **layer.to_dict(), "timings": {}, "rel_error": {}, "rounds": []}
         for label, call in calls.items():
             y.fill_(float("nan"))
             got = call()
@@ -73,14 +77,28 @@ def main(out: Path) -> None:
             err = float(torch.linalg.norm(got.double() - want) / torch.linalg.norm(want))
             assert err < 1e-2, (name, label, err)
             record["rel_error"][label] = err
-            record["timings"][label] = cold(call)
+        labels = list(calls)
+        for r in range(rounds):
+            order = labels[r % len(labels):] + labels[:r % len(labels)]
+            record["rounds"].append({label: cold(calls[label]) for label in order})
+        for label in labels:
+            medians = [t[label]["median_us"] for t in record["rounds"]]
+            record["timings"][label] = ({**record["rounds"][0][label]} if rounds == 1 else
+                                        {"median_us": statistics.median(medians), "rounds": rounds})
         lib.cs_destroy(handle)
         base = record["timings"]["F.linear"]["median_us"]
         record["vs_f_linear"] = {k: base / t["median_us"] for k, t in record["timings"].items()}
         records.append(record)
         print(name, {k: round(t["median_us"], 1) for k, t in record["timings"].items()}, flush=True)
-    save(out, "python studies/scripts/fallback_bench.py OUT.json", records)
+    save(out, command, records)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--layers", type=Path, help="a layer file (one table per layer) instead of the five above")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    main(args.out, load_layers(args.layers) if args.layers else LAYERS, args.rounds,
+         "python studies/scripts/fallback_bench.py OUT.json" + (f" --layers {args.layers}" if args.layers else "")
+         + (f" --rounds {args.rounds}" if args.rounds != 1 else ""))

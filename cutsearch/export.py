@@ -35,22 +35,47 @@ def export(study: str, *, out: Path | None = None, storage: str | None = None, w
     _check_target(target, force)
     best = ws.best_dir(study)
     persist.recover_dir(best)
-    meta = persist.verify_dir(best) if best.exists() else None
-    summary = _read_json(ws.result_json(study))
-    speedup = meta.get("speedup") if meta else None
-    if meta is not None and speedup is not None and speedup >= 1.0:
-        files, body = _kernel_export(layer, best, meta)
-    else:
-        reason = ("the search persisted no kernel" if meta is None else
-                  f"the best kernel ran at {speedup:.2f}x cuBLAS" if speedup is not None else
-                  "the best kernel has no cuBLAS comparison")
-        files, body = _fallback_export(layer, reason, meta)
+    with persist.locked(best):  # a search of the study may replace best/ meanwhile
+        meta = persist.verify_dir(best) if best.exists() else None
+        judged, reason = _judge(study, ws.storage_url(study, storage), meta)
+        if judged is not None and judged["speedup"] >= 1.0:
+            files, body = _kernel_export(layer, best, {**meta, **judged})
+        else:
+            files, body = _fallback_export(layer, reason, meta)
+        return _write(target, files, body, layer=layer, study=study, summary=_read_json(ws.result_json(study)))
+
+
+def _write(target: Path, files: dict, body: dict, *, layer: Layer, study: str, summary: dict | None) -> Path:
     body.update({"exported_by": EXPORTED_BY, "abi": ABI_VERSION, "study": study, "library": files.get(LIBRARY) and LIBRARY,
                  "header": HEADER, "layer": layer.to_dict(),
                  "dtypes": {"x": layer.dtype, "w": layer.dtype, "b": layer.dtype if layer.bias else None,
                             "y": layer.dtype, "accumulate": "f32"},
                  "search": {k: summary.get(k) for k in ("trials", "wall_s", "command", "gpu")} if summary else None})
     return persist.write_dir(target, files, body)
+
+
+def _judge(study: str, url: str, meta: dict[str, Any] | None) -> tuple[dict[str, float] | None, str]:
+    """The persisted kernel against cuBLAS, judged now from the study (search.verdict_cublas_us).
+
+    The best directory keeps the verdict of when it was written: before the study's last trials,
+    by another worker, or by an older cutsearch. Returns the kernel's cublas_us and speedup, or
+    None and why the export calls cuBLAS.
+    """
+    from cutsearch.search import records, verdict_cublas_us
+    from cutsearch.storage import load_study
+
+    if meta is None:
+        return None, "the search persisted no kernel"
+    trials = records(load_study(study, url))
+    held = next((r for r in trials if r.number == meta.get("trial") and r.median_us
+                 and r.evaluation.get("kernel_key") == meta.get("kernel_key")), None)
+    if held is None:
+        return None, "the persisted kernel is no measured trial of this study"
+    cublas_us = verdict_cublas_us(held, trials)
+    if cublas_us is None:
+        return None, "the best kernel has no cuBLAS comparison"
+    speedup = cublas_us / held.median_us
+    return {"cublas_us": cublas_us, "speedup": speedup}, f"the best kernel ran at {speedup:.2f}x cuBLAS"
 
 
 def _check_target(target: Path, force: bool) -> None:

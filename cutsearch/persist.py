@@ -1,18 +1,21 @@
 """The study's durable outputs: `studies/<study>/best/` and `studies/results/<study>.json`.
 
 Both are written to a temporary name and renamed into place, so a killed run leaves either
-the old version or the new one, never half of one.
+the old version or the new one, never half of one. A directory's writers, and its readers that
+need all of its files at once, hold its lock: workers sharing a study write the same `best/`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 BEST = "best"
 META = "meta.json"
@@ -43,10 +46,31 @@ def write_json(path: Path, data: Any) -> None:
         raise
 
 
-def write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[str, Any]) -> Path:
-    """Replace directory `target` with `files` plus a meta.json holding every file's sha256."""
+@contextlib.contextmanager
+def locked(target: Path) -> Iterator[None]:
+    """Hold directory `target`'s lock (a file beside it, so that it outlives the directory)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = open(target.parent / f".{target.name}.lock", "a")
+    except PermissionError:  # a read-only folder: nobody can write it either
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[str, Any]) -> Path:
+    """Replace directory `target` with `files` plus a meta.json holding every file's sha256."""
+    with locked(target):
+        return _write_dir(Path(target), files, meta)
+
+
+def _write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[str, Any]) -> Path:
     staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         staged.chmod(0o755)  # mkdtemp makes it private; the published directory is not
@@ -78,6 +102,13 @@ def write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[str
 def recover_dir(target: Path) -> None:
     """Put back a directory a killed `write_dir` had moved aside but not yet replaced."""
     target = Path(target)
+    if not target.parent.is_dir() or not any(p.is_dir() for p in target.parent.glob(f".{target.name}.*")):
+        return  # the common case: nothing was left behind, and nothing to lock
+    with locked(target):
+        _recover_dir(target)
+
+
+def _recover_dir(target: Path) -> None:
     if not target.exists():
         olds = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.stat().st_mtime)
         if olds:

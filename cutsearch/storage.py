@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -55,6 +56,7 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
         raise UserError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
     if _is_gzip(path):  # a recorded journal as committed: Optuna would read it as a corrupt one
         raise UserError(f"{path} is gzip-compressed: `gunzip -k {path}`, then pass the uncompressed file")
+    _check_journal(path)
     try:
         _cut_torn_tail(path)
         return JournalStorage(JournalFileBackend(str(path)))
@@ -90,6 +92,23 @@ def _is_gzip(path: Path) -> bool:
         return False
 
 
+def _check_journal(path: Path) -> None:
+    """Refuse a file that is not an Optuna journal before Optuna appends to it."""
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path} is not a regular file: give a journal file or a storage URL")
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        first = f.readline(1 << 16)
+    try:
+        record = json.loads(first)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or "op_code" not in record:
+        raise UserError(f"study file {path} is corrupted or no Optuna journal (its first line is no journal "
+                        "record): move it away, or give another --storage")
+
+
 def _cut_torn_tail(path: Path) -> None:
     """Drop a last record that an append cut short (a full disk, a crash of the machine).
 
@@ -109,6 +128,10 @@ def _cut_torn_tail(path: Path) -> None:
     try:
         with open(path, "r+b") as f:
             end = f.seek(0, os.SEEK_END)
+            f.seek(end - 1)
+            if f.read(1) == b"\n":
+                return  # a live append, finished while this waited for the lock
+
             start = end
             while start > 0:  # back to the last newline, a block at a time
                 step = min(start, 1 << 16)

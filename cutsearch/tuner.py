@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import platform
 import sys
@@ -90,8 +91,8 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
                                     split_k=(False, True) if split_k else None), prune=prune,
                         artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
         if result.best is not None:
-            # Against every cuBLAS timing of the study, which the last trials may have moved; it
-            # also persists a resumed study's best that an earlier run found.
+            # Against all of the study's cuBLAS timings, which later trials may have moved; also a
+            # resumed study's best that an earlier run found.
             on_best(result.best, result.cublas_us)
         command = command or " ".join(sys.argv)
         runs = _record_run(store, name, result, command)
@@ -174,21 +175,17 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, cublas_us: floa
                   toolchain: Provenance) -> None:
     """Copy the best kernel out of the cache, only for kernels built and measured here.
 
-    Where the cache no longer holds it, a best directory that holds the same kernel is rewritten
-    from its own files: the verdict against cuBLAS may have moved since it was written.
+    Its verdict against cuBLAS is informative only: `cutsearch export` judges it again from the
+    study, whose later trials may have moved the median cuBLAS timing.
     """
     key = best.evaluation.get("kernel_key")
     if not isinstance(ev, GpuEvaluator) or key is None:
         return
     entry = ev.compiler.cache.get(key)
-    if entry is None:
-        try:
-            held = persist.verify_dir(target) if target.exists() else None
-        except UserError:
-            return  # damaged: export refuses it with that reason
-        if held is None or held.get("kernel_key") != key:
-            return
-        entry = target
+    held = _read_meta(target / persist.META)
+    if entry is None or (held.get("kernel_key"), held.get("trial"), held.get("cublas_us")) == (
+            key, best.number, cublas_us):
+        return
     meas = best.evaluation["measurement"]
     meta = {
         "layer": layer.to_dict(), "config": best.config.to_dict(), "knobs": meas["knobs"],
@@ -201,6 +198,13 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, cublas_us: floa
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     persist.write_dir(target, {"kernel.cu": entry / "kernel.cu", "kernel.so": entry / "kernel.so"}, meta)
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def summary(result: SearchResult, *, toolchain: Provenance | None = None, command: str = "",

@@ -14,10 +14,14 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from optuna.storages.journal import JournalFileSymlinkLock
 
+from cutsearch import storage
 from cutsearch.cache import Cache
 from cutsearch.compiler import Compiler, Toolchain
 from cutsearch.errors import EnvironmentProblem, UserError
@@ -246,6 +250,38 @@ def test_journal_cut_short_by_a_crash_resumes_and_stays_readable(studies):
     again = cutsearch("search", *LAYER, *REPLAY, "--study", "cut", "--trials", "5")
     assert again.returncode == 0, again.stderr
     assert journal.read_bytes().endswith(b"\n")
+
+
+def test_a_file_that_is_no_journal_is_one_line_and_gets_nothing_appended(studies, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello world\n")
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--storage", str(notes)), "no Optuna journal")
+    assert notes.read_text() == "hello world\n"
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--storage", "/dev/null"), "is not a regular file")
+
+
+def test_a_reader_waiting_for_the_lock_leaves_an_append_that_finished_meanwhile(tmp_path):
+    journal = tmp_path / "journal.log"
+    record = b'{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}\n'
+    journal.write_bytes(record + record[:20])  # a live append, half written
+    lock = JournalFileSymlinkLock(str(journal))
+    lock.acquire()
+    raised = []
+
+    def read() -> None:
+        try:
+            storage._cut_torn_tail(journal)
+        except Exception as exc:  # noqa: BLE001 - the test asserts there is none
+            raised.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    time.sleep(0.5)  # the reader saw the torn tail and waits for the writer's lock
+    with open(journal, "ab") as f:
+        f.write(record[20:])
+    lock.release()
+    reader.join(30)
+    assert raised == [] and journal.read_bytes() == record * 2
 
 
 def test_study_directory_that_cannot_be_written_is_one_line(tmp_path):

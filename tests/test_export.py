@@ -127,3 +127,22 @@ def test_a_study_that_never_beat_cublas_exports_a_cublas_fallback(tmp_path, monk
     assert "calls cuBLAS" in meta["fallback_reason"]
     layer = cutsearch.load(target)  # no architecture check: cuBLAS runs anywhere torch does
     assert layer.backend == "cublas"
+
+
+@pytest.mark.parametrize("stale", ["speedup", "trial"])
+def test_the_export_judges_the_kernel_from_the_study_not_from_a_stale_best_directory(tmp_path, monkeypatch, stale):
+    """best/meta.json keeps the verdict of when it was written; the study's trials decide."""
+    ws = _study(tmp_path, "slow", speedup_high=False, monkeypatch=monkeypatch)
+    best = ws.best_dir("slow") / "meta.json"
+    meta = json.loads(best.read_text())
+    assert meta["speedup"] < 1
+    if stale == "speedup":  # as if written before the study's cuBLAS timings moved
+        meta.update(speedup=9.9, cublas_us=9.9 * meta["timing_us"]["median_us"])
+        reason = "ran at 0.0"
+    else:  # a best directory left by another study of the same name
+        meta.update(speedup=9.9, trial=999)
+        reason = "no measured trial of this study"
+    best.write_text(json.dumps(meta))
+    target = export("slow", out=tmp_path / "export", workspace=ws)
+    exported = json.loads((target / "meta.json").read_text())
+    assert exported["backend"] == "cublas" and reason in exported["fallback_reason"]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+import time
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +64,7 @@ def test_write_dir_replaces_an_existing_directory_whole(tmp_path):
     assert sorted(p.name for p in target.iterdir()) == ["kernel.so", persist.META]
     assert (target / "kernel.so").read_bytes() == b"new"
     assert persist.verify_dir(target)["trial"] == 7
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"], "no staged or moved-aside directory is left"
+    assert _left(tmp_path) == ["best"], "no staged or moved-aside directory is left"
 
 
 def test_write_dir_that_fails_keeps_the_previous_directory(tmp_path):
@@ -71,7 +74,7 @@ def test_write_dir_that_fails_keeps_the_previous_directory(tmp_path):
         persist.write_dir(target, {"kernel.so": tmp_path / "does-not-exist.so"}, {"trial": 2})
     assert persist.verify_dir(target)["trial"] == 1
     assert (target / "kernel.so").read_bytes() == b"good"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    assert _left(tmp_path) == ["best"]
 
 
 def test_recover_dir_restores_a_directory_moved_aside_by_a_killed_write(tmp_path):
@@ -83,7 +86,7 @@ def test_recover_dir_restores_a_directory_moved_aside_by_a_killed_write(tmp_path
     (tmp_path / ".best.abc123" / "kernel.so").write_bytes(b"half written")
     persist.recover_dir(target)
     assert persist.verify_dir(target)["trial"] == 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    assert _left(tmp_path) == ["best"]
 
 
 def test_recover_dir_leaves_a_complete_directory_alone(tmp_path):
@@ -130,3 +133,31 @@ def test_verify_dir_refuses_unreadable_meta(tmp_path):
     (target / persist.META).write_text("{not json")
     with pytest.raises(UserError, match="not valid JSON"):
         persist.verify_dir(target)
+
+
+def _left(folder: Path) -> list[str]:
+    """What a folder holds, less the lock file that outlives the directory it locks."""
+    return sorted(p.name for p in folder.iterdir() if p.name != ".best.lock")
+
+
+def _write_many(target: str, writer: int, count: int, go) -> None:
+    go.wait()
+    for i in range(count):
+        persist.write_dir(Path(target), {"kernel.so": f"{writer}-{i}".encode()}, {"trial": writer * 1000 + i})
+
+
+def test_two_processes_writing_one_directory_never_fail_nor_mix_their_files(tmp_path):
+    target = tmp_path / "best"
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_write_many, args=(str(target), w, 200, go)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    time.sleep(2)  # both started and waiting
+    go.set()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    meta = persist.verify_dir(target)  # the files match their hashes: one writer's whole version
+    assert (target / "kernel.so").read_bytes() == f"{meta['trial'] // 1000}-{meta['trial'] % 1000}".encode()
+    assert _left(tmp_path) == ["best"]

@@ -14,9 +14,8 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from cutsearch import model, persist, tuner
-from cutsearch.cache import Cache
-from cutsearch.evaluator import GpuEvaluator, ReplayEvaluator
+from cutsearch import model
+from cutsearch.evaluator import ReplayEvaluator
 from cutsearch.problem import Layer
 from cutsearch.search import TrialRecord, search, verdict_cublas_us
 from cutsearch.space import Config, Space
@@ -79,26 +78,3 @@ def test_the_replayed_search_of_the_recording_ends_in_the_cublas_fallback(tmp_pa
     line = record("random1", result)
     assert line["fallback"] and line["speedup"] == 1.0 and line["cutsearch_us"] == line["cublas_us"]
     assert line["cublas_beside_us"] == fastest["measurement"]["baseline"]["median_us"] > line["cublas_us"]
-
-
-def _cached_evaluator(cache_dir: Path) -> GpuEvaluator:
-    """What _persist_best needs of a GpuEvaluator: its compile cache (no GPU, no worker)."""
-    ev = GpuEvaluator.__new__(GpuEvaluator)
-    ev.compiler = type("Compiler", (), {"cache": Cache(cache_dir)})()
-    return ev
-
-
-@pytest.mark.parametrize("same_kernel", [True, False])
-def test_a_best_whose_cache_entry_is_gone_gets_the_new_verdict_only_if_it_holds_that_kernel(tmp_path, same_kernel):
-    best_dir = tmp_path / "best"
-    e = _evaluations()[0]
-    best = _record(3, 19.0, 19.3, **{**e, "kernel_key": "k1"})
-    persist.write_dir(best_dir, {"kernel.cu": "// source", "kernel.so": b"\x7fELF"},
-                      {"kernel_key": "k1" if same_kernel else "k0", "speedup": 19.3 / 19.0})
-    tuner._persist_best(best_dir, LAYER, best, 18.6, _cached_evaluator(tmp_path / "empty-cache"), tuner.Provenance())
-    meta = persist.verify_dir(best_dir)
-    if same_kernel:
-        assert meta["speedup"] == pytest.approx(18.6 / 19.0) and meta["cublas_us"] == 18.6
-        assert meta["cublas_beside_us"] == 19.3 and (best_dir / "kernel.so").read_bytes() == b"\x7fELF"
-    else:
-        assert meta["speedup"] == pytest.approx(19.3 / 19.0) and meta["kernel_key"] == "k0"

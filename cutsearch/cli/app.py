@@ -41,22 +41,50 @@ def main() -> None:
     import cutsearch.cli  # noqa: F401 - registers the commands
 
     try:
-        app(standalone_mode=False)
+        # Without standalone mode, typer returns the exit code of Ctrl-C (130) and of typer.Exit.
+        code = app(standalone_mode=False)
     except UserError as exc:
         # One line, never wrapped: scripts grep it and people read it.
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        err.print("interrupted: finished trials are saved; run the same command to resume")
-        sys.exit(130)
+        code = 130
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - usage errors from click, or typer's vendored click
-        # Typer ships its own copy of click, so match the class by name along the MRO.
-        if any(c.__name__ == "ClickException" for c in type(exc).__mro__):
-            # One line, like a UserError, rather than click's usage block.
-            print(f"error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
-            sys.exit(getattr(exc, "exit_code", 2))
-        raise
+        if _during_interrupt(exc):
+            # Ctrl-C inside a library's cleanup (Optuna's journal lock, say) raises from there.
+            code = 130
+        elif isinstance(exc, OSError):
+            # A path the user named that cannot be read or written: a directory, a missing folder.
+            where = f": {exc.filename}" if exc.filename else ""
+            print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+            sys.exit(2)
+        else:
+            _click_error(exc)
+            raise
+    if code == 130:
+        err.print("interrupted: finished trials are saved; run the same command to resume")
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _during_interrupt(exc: BaseException) -> bool:
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__context__ or exc.__cause__, seen + 1
+    return False
+
+
+def _click_error(exc: Exception) -> None:
+    # Typer ships its own copy of click, so match the class by name along the MRO.
+    if any(c.__name__ == "ClickException" for c in type(exc).__mro__):
+        # One line, like a UserError, rather than click's usage block.
+        message = " ".join(exc.format_message().split())
+        if message:  # none where the help was printed instead (no arguments at all)
+            print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 2))

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Iterable, Iterator
 
 from cutsearch.cache import Cache
 from cutsearch.codegen import ABI_FUNCTIONS, KernelSource, batch_unit, cutlass_include_dirs, unit_group
-from cutsearch.errors import EnvironmentProblem
+from cutsearch.errors import EnvironmentProblem, UserError
 from cutsearch.outcome import Failure, FailureKind
 
 ARCH = "sm_90a"
@@ -38,6 +39,7 @@ LOG = "nvcc.log"
 # Kernels per translation unit at most. Sharing one unit parses the CUTLASS headers once for
 # all of them; larger units only add latency.
 MAX_BATCH = 8
+INTERRUPTED = "not built"  # how the log of a build stopped from outside begins: never cached
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Toolchain:
     cutlass_version: str
     arch: str = ARCH
     flags: tuple[str, ...] = FLAGS
+    build: str = ""  # nvcc's full version text and the host compiler's: a patch release changes code too
 
     @classmethod
     def find(cls, cutlass_version: str) -> Toolchain:
@@ -67,12 +70,25 @@ class Toolchain:
         version = (int(found[1]), int(found[2]))
         if version < MIN_NVCC:
             raise EnvironmentProblem(f"nvcc {version[0]}.{version[1]} is too old for sm_90a: CUDA 12.0 or newer is needed")
-        return cls(nvcc=nvcc, nvcc_version=f"{version[0]}.{version[1]}", cutlass_version=cutlass_version)
+        return cls(nvcc=nvcc, nvcc_version=f"{version[0]}.{version[1]}", cutlass_version=cutlass_version,
+                   build=out.strip() + "\n" + _host_compiler())
 
     def key(self, source: KernelSource) -> str:
         identity = {"source": source.digest, "flags": list(self.flags), "nvcc": self.nvcc_version,
-                    "cutlass": self.cutlass_version, "arch": self.arch}
+                    "cutlass": self.cutlass_version, "arch": self.arch, "build": self.build}
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _host_compiler() -> str:
+    """The first line of `g++ --version`: nvcc compiles the launcher's host code with it."""
+    cxx = os.environ.get("NVCC_CCBIN") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        return ""
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.splitlines()[0] if out else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +141,13 @@ def usable_cpus() -> int:
 class Compiler:
     def __init__(self, cache: Cache, toolchain: Toolchain, *, jobs: int | None = None,
                  timeout_s: float = 900.0, max_batch: int = MAX_BATCH) -> None:
+        if jobs is not None and jobs <= 0:
+            raise UserError(f"--jobs must be positive, got {jobs}")
         self.cache = cache
         self.toolchain = toolchain
         self.jobs = jobs or usable_cpus()
+        self._running: set[subprocess.Popen] = set()  # nvcc processes of this compiler's threads
+        self._stopping = False
         self.timeout_s = timeout_s
         self.max_batch = max(1, max_batch)
 
@@ -150,6 +170,10 @@ class Compiler:
                                        *(f"-l{lib}" for lib in source.libraries)], staged, self.timeout_s)
         if ok and not (staged / LIBRARY).is_file():
             log, ok = log + "\nnvcc exited 0 but wrote no library", False
+        if not ok and log.startswith(INTERRUPTED):
+            # Out of time or killed (the OOM killer, say): the machine's doing, not the source's.
+            self.cache.discard(staged)
+            return Failure(kind=FailureKind.COMPILE_ERROR, message=log.splitlines()[0][:300], log=log)
         if not ok:
             # A compile error is a property of the source: remember it, never build it again.
             (staged / LIBRARY).unlink(missing_ok=True)
@@ -185,13 +209,23 @@ class Compiler:
         for item in work:
             kinds.setdefault(unit_group(item[0]) or id(item), []).append(item)
         groups = [kind[i:i + size] for kind in kinds.values() for i in range(0, len(kind), size)]
-        with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(self.jobs)
+        self._stopping = False
+        try:
             futures = [pool.submit(self._build_group, [src for src, _ in group]) for group in groups]
             tags = {future: group for future, group in zip(futures, groups)}
             for done in concurrent.futures.as_completed(futures):
                 for (_, group_tags), result in zip(tags[done], done.result()):
                     for tag in group_tags:
                         yield tag, result
+        except BaseException:  # Ctrl-C, a full disk, a consumer that stopped: no build outlives it
+            self._stopping = True
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list(self._running):
+                _kill_group(proc)
+            raise
+        finally:
+            pool.shutdown(wait=True)
 
     def _build_group(self, sources: list[KernelSource]) -> list[CompiledKernel | Failure]:
         if len(sources) > 1:
@@ -258,11 +292,23 @@ class Compiler:
         """Run nvcc with the CUTLASS includes in `staged`: (log, ok, seconds). A full disk is raised."""
         cmd = [self.toolchain.nvcc, *(f"-I{p}" for p in cutlass_include_dirs()), *args]
         start = time.monotonic()
+        # A session of its own, so that a timeout or an interrupt ends nvcc's cicc and ptxas too.
+        proc = subprocess.Popen(cmd, cwd=staged, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        self._running.add(proc)
+        if self._stopping:
+            _kill_group(proc)
         try:
-            proc = subprocess.run(cmd, cwd=staged, capture_output=True, text=True, timeout=timeout_s)
-            log, ok = proc.stdout + proc.stderr, proc.returncode == 0
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+            log, ok = stdout + stderr, proc.returncode == 0
+            if proc.returncode < 0:
+                log = f"{INTERRUPTED}: nvcc was killed by signal {-proc.returncode}\n" + log
         except subprocess.TimeoutExpired:
-            log, ok = f"nvcc did not finish in {timeout_s:.0f} s", False
+            _kill_group(proc)
+            proc.communicate()
+            log, ok = f"{INTERRUPTED}: nvcc did not finish in {timeout_s:.0f} s", False
+        finally:
+            self._running.discard(proc)
         if not ok and re.search(r"No space left on device", log):
             self.cache.discard(staged)
             raise EnvironmentProblem(f"the disk holding {self.cache.root} is full: free space and resume")
@@ -281,6 +327,13 @@ class Compiler:
             return Failure(kind=FailureKind.COMPILE_ERROR, message=first.strip()[:300], log=log)
         return CompiledKernel(key=key, library=entry / LIBRARY, source=entry / SOURCE,
                               ptxas=PtxasReport.parse(log), compile_s=manifest["compile_s"], cached=cached, log=log)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
 
 
 def _own_ptxas_log(log: str, code: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 
 from cutsearch import model
 from cutsearch.errors import UserError
-from cutsearch.evaluator import MEASURE_TIMEOUT_S, Evaluation, save_recording
+from cutsearch.evaluator import MEASURE_TIMEOUT_S, Evaluation, read_recording, save_recording
 from cutsearch.outcome import Failure, FailureKind, Measurement
 from cutsearch.problem import Layer
 from cutsearch.search import BATCH_PER_JOB
@@ -59,21 +59,8 @@ class Recording:
 
     @classmethod
     def load(cls, path: Path | str) -> Recording:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise UserError(f"recording {path} does not exist") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"recording {path} is not valid JSON: {exc}") from None
-        if not isinstance(data, dict) or "layer" not in data or "evaluations" not in data:
-            raise UserError(f"{path} is not a cutsearch recording: it needs 'layer' and 'evaluations'")
-        try:
-            evals = tuple(Evaluation.from_dict(e, source="recorded") for e in data["evaluations"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(f"recording {path} has a malformed evaluation: {exc!r}") from None
-        meta = {k: v for k, v in data.items() if k not in ("layer", "evaluations")}
-        return cls(layer=Layer.from_dict(data["layer"]), evaluations=evals, meta=meta, path=path)
+        layer, evals, meta = read_recording(path)
+        return cls(layer=layer, evaluations=tuple(evals), meta=meta, path=Path(path))
 
     @property
     def name(self) -> str:
@@ -175,8 +162,9 @@ def record_study(study_name: str, *, storage: str, out: Path, command: str | Non
     if results is not None and Path(results).is_file():
         try:
             summary = json.loads(Path(results).read_text())
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             summary = {}
+        summary = summary if isinstance(summary, dict) else {}
     toolchain = summary.get("toolchain") or {}
     gpu = toolchain.get("gpu") or {}
     meta = {

@@ -155,12 +155,11 @@ class ReplayEvaluator:
 
     @classmethod
     def load(cls, path: Path, layer: Layer | None = None) -> ReplayEvaluator:
-        data = json.loads(Path(path).read_text())
-        if layer is not None and data.get("layer") and Layer.from_dict(data["layer"]).to_dict() != layer.to_dict():
+        recorded, evals, _ = read_recording(path)
+        if layer is not None and recorded.to_dict() != layer.to_dict():
             from cutsearch.errors import UserError
 
-            raise UserError(f"recording {path} is for layer {data['layer']}, not {layer.to_dict()}")
-        evals = [Evaluation.from_dict(e, source="recorded") for e in data["evaluations"]]
+            raise UserError(f"recording {path} is for layer {recorded.to_dict()}, not {layer.to_dict()}")
         return cls({e.config.key: e for e in evals})
 
     def configs(self) -> list[Config]:
@@ -200,6 +199,31 @@ class ModelEvaluator:
 
     def close(self) -> None:
         pass
+
+
+def read_recording(path: Path | str) -> tuple[Layer, list[Evaluation], dict[str, Any]]:
+    """A recording's layer, its evaluations and the rest of it, or a UserError that says what is wrong."""
+    from cutsearch.errors import UserError
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"recording {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"recording {path} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read recording {path}: {exc.strerror or exc}") from None
+    if not isinstance(data, dict) or "layer" not in data or not isinstance(data.get("evaluations"), list):
+        raise UserError(f"{path} is not a cutsearch recording: it needs 'layer' and a list of 'evaluations'")
+    try:
+        evals = [Evaluation.from_dict(e, source="recorded") for e in data["evaluations"]]
+        layer = Layer.from_dict(data["layer"])
+    except UserError as exc:
+        raise UserError(f"recording {path}: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"recording {path} has a malformed evaluation or layer: {exc!r}") from None
+    return layer, evals, {k: v for k, v in data.items() if k not in ("layer", "evaluations")}
 
 
 def save_recording(path: Path, layer: Layer, evaluations: Iterable[Evaluation], **meta: Any) -> None:

@@ -166,15 +166,25 @@ def load_layers(path: Path) -> dict[str, Layer]:
     for name, table in data.items():
         if not isinstance(table, dict):
             continue
+        # Measured baselines beside a layer (`floor_us`, `f16 = { linear = ... }`, as in a shapes
+        # file) are notes; any other key that is no layer key is a typo that would change the layer.
         fields = {key: value for key, value in table.items()
-                  if key in {"M", "N", "K", "dtype", "dtypes", "bias", "activation", "input", "output"}}
-        dtypes = fields.pop("dtypes", None) or [fields.pop("dtype", "f16")]
-        fields.pop("dtype", None)
-        if not isinstance(dtypes, list):
+                  if not (key.endswith("_us") or (key in DTYPES and isinstance(value, dict)))}
+        dtypes = fields.pop("dtypes", None)
+        if dtypes is None:
+            dtypes = [fields.pop("dtype", "f16")]
+        elif "dtype" in fields:
+            raise UserError(f"layer {name!r}: give dtype or dtypes, not both")
+        if not isinstance(dtypes, list) or not dtypes:
             raise UserError(f"layer {name!r}: dtypes must be a list such as [\"f16\", \"bf16\"], got {dtypes!r}")
         for dtype in dtypes:
             key = name if len(dtypes) == 1 else f"{name}-{dtype}"
-            layers[key] = Layer.from_dict({**fields, "dtype": dtype}, name=key)
+            if key in layers:
+                raise UserError(f"layer {key!r} is defined twice in {path}")
+            try:
+                layers[key] = Layer.from_dict({**fields, "dtype": dtype}, name=key)
+            except UserError as exc:
+                raise UserError(f"layer {name!r} in {path}: {exc}") from None
     if not layers:
         raise UserError(f"layer file {path} defines no layer: expected a [layer] table with M, N, K")
     return layers

@@ -120,16 +120,25 @@ def make_sampler(name: str, *, seed: int, batch: int, trials: int) -> optuna.sam
 
 
 def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseStorage,
-               sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+               sampler: optuna.samplers.BaseSampler, source: str | None = None) -> optuna.Study:
+    """Create the study, or resume it for the same layer and, given `source`, the same kind of
+    evaluator: measured, recorded and predicted times are never ranked together."""
     study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
     recorded = study.user_attrs.get("layer")
     if recorded is None:
+        if study.get_trials(deepcopy=False):
+            raise UserError(f"study {study_name!r} was not made by cutsearch: choose another --study name")
         study.set_user_attr("layer", layer.to_dict())
         study.set_user_attr("floor_us", layer.floor_us)
     elif recorded != layer.to_dict():
         raise UserError(f"study {study_name!r} holds layer {recorded}, not {layer.to_dict()}: "
                         "choose another --study name")
+    if source is not None:
+        held = {t.user_attrs["source"] for t in study.get_trials(deepcopy=False) if "source" in t.user_attrs}
+        if held - {source}:
+            raise UserError(f"study {study_name!r} holds {' and '.join(sorted(held))} times, and this run's would "
+                            f"be {source}: choose another --study name")
     return study
 
 
@@ -241,7 +250,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     space = space or Space(layer)
     batch = max(1, batch or usable_cpus())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(layer, study_name=study_name, storage=storage,
+    study = open_study(layer, study_name=study_name, storage=storage, source=evaluator.source,
                        sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials))
     space = _recorded_space(study, space)
     if sampler == "model":
@@ -320,12 +329,13 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
             for ev in evaluator.evaluate(layer, configs, events):
                 known[ev.config.key] = ev
                 new_compiles += int(ev.kernel_key is not None and not ev.cached)
-                for trial in fresh.pop(ev.config.key, []):
+                for copy, trial in enumerate(fresh.pop(ev.config.key, [])):
                     if artifacts is not None:
                         _upload_logs(artifacts, study, trial, ev)
-                    _tell(study, trial, ev)
+                    # A config asked twice in one batch is measured once: the second trial repeats it.
+                    _tell(study, trial, ev, replayed=copy > 0)
                     heartbeat.release(trial)
-                    new_trials += 1
+                    new_trials += copy == 0
                     # Equal medians (timings come in steps) go to the earlier trial, as in _best.
                     if isinstance(ev.outcome, Measurement) and (
                             best is None or (ev.outcome.median_us, trial.number) < (best.median_us, best.number)):
@@ -438,13 +448,6 @@ def _tell(study: optuna.Study, trial: optuna.Trial, ev: Evaluation, *, replayed:
         # TPE ignores failed trials but ranks pruned ones last: rule-invalid proposals are told
         # as pruned so the sampler learns to leave that region, and cost no budget.
         study.tell(trial, state=TrialState.PRUNED if rule_invalid else TrialState.FAIL)
-
-
-def _known(study: optuna.Study) -> dict[str, Evaluation]:
-    """Configs this study has already settled: never built or measured again."""
-    known: dict[str, Evaluation] = {}
-    _learn(known, set(), study.get_trials(deepcopy=False))
-    return known
 
 
 def _learn(known: dict[str, Evaluation], learned: set[int], trials: list[optuna.trial.FrozenTrial]) -> None:

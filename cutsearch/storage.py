@@ -72,6 +72,8 @@ def load_study(name: str, url: str | Path, store: optuna.storages.BaseStorage | 
     """
     text = str(url)
     if store is None:
+        if "://" not in text and Path(text).is_dir():
+            raise UserError(f"no study named {name!r}: {text} is a directory, not a journal file or storage URL")
         if "://" not in text and not Path(text).is_file():
             raise UserError(f"no study named {name!r}: {text} does not exist (run `cutsearch search` first)")
         store = open_storage(text)

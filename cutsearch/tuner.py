@@ -65,6 +65,7 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
     only where K is long and they would leave three quarters idle (space.split_k_pays).
     `prune` lets TPE skip the configs the cost model rates hopeless.
     """
+    check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm)
     ws = workspace or Workspace()
     name = Workspace.check_name(study or layer.name or layer.slug)
     ws.writable()
@@ -103,6 +104,23 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
             ev.close()
 
 
+def check_options(*, trials: int, gpu: int, jobs: int | None, batch: int | None, seed: int = 0,
+                  warm: int | None = None) -> None:
+    """The options every command that tunes shares (search, worker, suite), checked before anything
+    is written."""
+    if trials <= 0:
+        raise UserError(f"--trials must be positive, got {trials}")
+    if gpu < 0:
+        raise UserError(f"--gpu must be a GPU index (0 or more), got {gpu}")
+    for option, value in (("--jobs", jobs), ("--batch", batch)):
+        if value is not None and value <= 0:
+            raise UserError(f"{option} must be positive, got {value}")
+    if warm is not None and warm < 0:
+        raise UserError(f"--warm must be 0 or more, got {warm}")
+    if not 0 <= seed < 2**32:
+        raise UserError(f"--seed must be in [0, 2**32), got {seed}")
+
+
 def priors(ws: Workspace, layer: Layer) -> tuple:
     """Winners of earlier studies of layers in the same regime (M within 8x), best first.
 
@@ -129,12 +147,15 @@ def _record_run(store, name: str, result: SearchResult, command: str) -> list[di
     """Append this run to the study's history, so a resume does not hide the first run's cost."""
     import optuna
 
+    from cutsearch.storage import budget_lock
+
     study = optuna.load_study(study_name=name, storage=store)
-    runs = list(study.user_attrs.get("runs", []))
-    runs.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                 "wall_s": round(result.wall_s, 2), "new_trials": result.new_trials,
-                 "new_compiles": result.new_compiles, "command": command})
-    study.set_user_attr("runs", runs)
+    with budget_lock(study):  # workers that finish together must not drop each other's run
+        runs = list(optuna.load_study(study_name=name, storage=store).user_attrs.get("runs", []))
+        runs.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                     "wall_s": round(result.wall_s, 2), "new_trials": result.new_trials,
+                     "new_compiles": result.new_compiles, "command": command})
+        study.set_user_attr("runs", runs)
     return runs
 
 

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -357,3 +358,104 @@ def test_export_into_a_foreign_directory_is_refused_and_leaves_it_alone(studies,
 def test_bad_throughput_benchmark_options_are_one_line(tmp_path, args, fragment):
     one_line_error(cutsearch("throughput", *args, "--out", str(tmp_path / "t.json")), fragment)
     assert not (tmp_path / "t.json").exists()
+
+
+# ---- found by a hunt for user mistakes that gave a traceback, the wrong exit code or a wrong layer --
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--seed", "-1"], "--seed must be in [0, 2**32)"),
+    (["--seed", "4294967296"], "--seed must be in [0, 2**32)"),
+    (["--warm", "-1"], "--warm must be 0 or more"),
+    (["--trials", "0"], "--trials must be positive"),
+], ids=["negative-seed", "seed-too-large", "negative-warm", "no-trials"])
+def test_a_bad_option_is_one_line_before_anything_is_written(studies, args, fragment):
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, *args), fragment)
+    assert nothing_written(studies)
+
+
+@pytest.mark.parametrize("content", ["", "not json", "{}", "[]", '{"layer": {"M": 16}, "evaluations": []}',
+                                     '{"layer": {"M": 16, "N": 4096, "K": 4096}, "evaluations": [{}]}'],
+                         ids=["empty", "text", "no-keys", "a-list", "bad-layer", "bad-evaluation"])
+def test_a_recording_that_cannot_be_replayed_is_one_line(studies, tmp_path, content):
+    recording = tmp_path / "recording.json"
+    recording.write_text(content)
+    one_line_error(cutsearch("search", *LAYER, "--evaluator", "replay", "--recording", str(recording)),
+                   str(recording))
+    one_line_error(cutsearch("search", *LAYER, "--evaluator", "replay", "--recording", str(tmp_path)),
+                   "cannot read recording", "Is a directory")
+
+
+def test_a_study_is_never_resumed_with_times_of_another_kind(studies):
+    assert cutsearch("search", *LAYER, "--evaluator", "model", "--trials", "2").returncode == 0
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--trials", "4"),
+                   "holds predicted times, and this run's would be recorded")
+
+
+def test_a_study_that_cutsearch_did_not_make_is_not_taken_over(studies):
+    import optuna
+
+    journal = studies / "foreign" / "journal.log"
+    journal.parent.mkdir(parents=True)
+    study = optuna.create_study(study_name="foreign", storage=storage.open_storage(journal))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--study", "foreign"), "was not made by cutsearch")
+
+
+@pytest.mark.parametrize(("table", "fragment"), [
+    ('[a]\nM = 64\nN = 64\nK = 64\nactvation = "relu"\n', "unknown layer key(s): actvation"),
+    ('[a]\nM = 64\nN = 64\nK = 64\nBias = true\n', "unknown layer key(s): Bias"),
+    ('[a]\nM = 64\nN = 64\nK = 64\ndtypes = ["f16", "bf16"]\n["a-f16"]\nM = 8\nN = 8\nK = 8\n', "defined twice"),
+    ('[a]\nM = 64\nN = 64\nK = 64\ndtypes = []\n', "dtypes must be a list"),
+    ('[a]\nM = 64\nN = 64\n', "layer 'a'"),
+], ids=["typo", "capital", "collision", "no-dtypes", "which-layer"])
+def test_a_suite_file_that_would_search_another_layer_than_meant_is_one_line(studies, tmp_path, table, fragment):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(table)
+    one_line_error(cutsearch("suite", str(suite), "--evaluator", "model"), fragment)
+
+
+def test_a_suite_file_keeps_its_measured_notes_beside_each_layer(studies, tmp_path):
+    """As in a shapes file: floor_us and per-dtype baselines are notes, not layer keys."""
+    suite = tmp_path / "suite.toml"
+    suite.write_text('[a]\nm = 16\nn = 64\nk = 64\nfloor_us = 1.0\nf16 = { linear = 8.5 }\n')
+    proc = cutsearch("suite", str(suite), "--evaluator", "model", "--trials", "1")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--only", ","], ["--jobs", "0"], ["--batch", "-1"], ["--gpu", "-1"],
+                                  ["--evaluator", "replay"]],
+                         ids=["only-commas", "no-jobs", "negative-batch", "negative-gpu", "replay"])
+def test_suite_options_are_checked_as_search_checks_them(studies, tmp_path, args):
+    suite = tmp_path / "suite.toml"
+    suite.write_text("[a]\nM = 16\nN = 64\nK = 64\n")
+    one_line_error(cutsearch("suite", str(suite), "--evaluator", "model", *args))
+
+
+@pytest.mark.parametrize("out", ["a-directory", "a-file/below"], ids=["directory", "under-a-file"])
+def test_an_output_path_that_cannot_be_written_is_one_line(studies, tmp_path, out):
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "a-file").write_text("mine")
+    assert cutsearch("search", *LAYER, *REPLAY, "--study", "r", "--trials", "1").returncode == 0
+    one_line_error(cutsearch("record", "r", "--out", str(tmp_path / out)))
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
+def test_no_arguments_print_the_help_and_no_empty_error():
+    proc = cutsearch()
+    assert proc.returncode == 2 and "Usage" in proc.stdout + proc.stderr
+    assert "error:" not in proc.stderr
+
+
+def test_ctrl_c_exits_130_and_says_how_to_resume(studies):
+    proc = subprocess.Popen([sys.executable, "-m", "cutsearch", "search", "--m", "8", "--n", "8", "--k", "8",
+                             "--evaluator", "model", "--sampler", "random", "--trials", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    journal = studies / "fc-8x8x8-f16" / "journal.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not journal.exists() or journal.stat().st_size < 20000):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted: finished trials are saved" in stderr

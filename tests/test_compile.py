@@ -11,10 +11,14 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -157,7 +161,8 @@ SOURCE_A = KernelSource(operation_name="k", code="// kernel A\n", cutlass_versio
     {"nvcc_version": "12.8"},
     {"cutlass_version": "4.1.0"},
     {"arch": "sm_100a"},
-], ids=["extra-flag", "dropped-flag", "nvcc", "cutlass", "arch"])
+    {"build": "Cuda compilation tools, release 13.0, V13.0.88\ng++ (GCC) 13.2.0"},
+], ids=["extra-flag", "dropped-flag", "nvcc", "cutlass", "arch", "nvcc-patch-or-host-compiler"])
 def test_cache_key_changes_with_everything_that_changes_the_binary(change):
     assert dataclasses.replace(TOOLCHAIN, **change).key(SOURCE_A) != TOOLCHAIN.key(SOURCE_A)
 
@@ -166,6 +171,25 @@ def test_cache_key_changes_with_the_source_and_only_with_it():
     assert TOOLCHAIN.key(SOURCE_A) == TOOLCHAIN.key(dataclasses.replace(SOURCE_A, operation_name="renamed"))
     assert TOOLCHAIN.key(SOURCE_A) != TOOLCHAIN.key(dataclasses.replace(SOURCE_A, code="// kernel B\n"))
     assert TOOLCHAIN.key(SOURCE_A) == dataclasses.replace(TOOLCHAIN, nvcc="/elsewhere/nvcc").key(SOURCE_A)
+
+
+def test_a_build_stopped_from_outside_is_a_failure_that_is_not_remembered(tmp_path):
+    """nvcc out of time, or killed (by the OOM killer, say): the next search builds it again."""
+    slow = tmp_path / "nvcc"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    compiler = Compiler(Cache(tmp_path / "cache"), dataclasses.replace(TOOLCHAIN, nvcc=str(slow)), jobs=1,
+                        timeout_s=1)
+    failed = compiler.compile(SOURCE_A)
+    assert isinstance(failed, Failure) and "did not finish in 1 s" in failed.message
+    assert compiler.lookup(SOURCE_A) is None and compiler.cache.get(TOOLCHAIN.key(SOURCE_A)) is None
+    killed = tmp_path / "killed"
+    killed.write_text("#!/bin/sh\nkill -9 $$\n")
+    killed.chmod(0o755)
+    compiler = Compiler(Cache(tmp_path / "cache"), dataclasses.replace(TOOLCHAIN, nvcc=str(killed)), jobs=1)
+    failed = compiler.compile(SOURCE_A)
+    assert isinstance(failed, Failure) and "killed by signal 9" in failed.message
+    assert compiler.lookup(SOURCE_A) is None
 
 
 PTXAS_CLEAN = """ptxas info    : Compiling entry function '_ZN7cutlass13device_kernelI' for 'sm_90a'
@@ -324,3 +348,49 @@ def test_the_choices_outside_the_default_space_build(tmp_path):
     # The cluster shape reaches the kernel: CUTLASS's ClusterShape type names it.
     assert "Shape<cute::_4,cute::_1,cute::_1>" in render(layer, configs[1]).code.replace(" ", "")
     assert "Shape<cute::_2,cute::_2,cute::_1>" in render(layer, configs[2]).code.replace(" ", "")
+
+
+def test_a_consumer_that_stops_leaves_no_nvcc_running(tmp_path):
+    """Ctrl-C (or any stop) while kernels build ends every nvcc, and its children, at once."""
+    pids = tmp_path / "pids"
+    slow = tmp_path / "nvcc"
+    slow.write_text(f"#!/bin/sh\nsleep 300 &\necho $! >> {pids}\nwait\n")  # a child, as cicc is
+    slow.chmod(0o755)
+    compiler = Compiler(Cache(tmp_path / "cache"), dataclasses.replace(TOOLCHAIN, nvcc=str(slow)), jobs=2)
+    sources = [(i, dataclasses.replace(SOURCE_A, code=f"// kernel {i}\n")) for i in range(4)]
+    builds = compiler.compile_many(sources)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        for _ in _interrupt_after(builds, pids, count=2):
+            pass
+    assert time.monotonic() - started < 60
+    children = [int(p) for p in pids.read_text().split()]
+    time.sleep(0.5)
+    assert children and not [p for p in children if _alive(p)]
+    assert compiler.cache.get(TOOLCHAIN.key(sources[0][1])) is None
+
+
+def _interrupt_after(builds, pids, *, count):
+    """Start the builds, wait until `count` nvcc children run, then stop as Ctrl-C would."""
+    def watch():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < count):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def stop(*_):
+        raise TimeoutError("stopped")
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        yield from builds
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie is dead, not reaped
+    except (FileNotFoundError, ProcessLookupError):
+        return False

@@ -73,12 +73,6 @@ def search_cmd(
     from cutsearch.console import ProgressView, print_summary
     from cutsearch.workspace import Workspace
 
-    if gpu < 0:
-        raise UserError(f"--gpu must be a GPU index (0 or more), got {gpu}")
-    if jobs is not None and jobs <= 0:
-        raise UserError(f"--jobs must be positive, got {jobs}")
-    if batch is not None and batch <= 0:
-        raise UserError(f"--batch must be positive, got {batch}")
     layer = _layer(m, n, k, dtype, bias, activation, layer_file, (input_layout, output_layout))
     seconds = parse_duration(timeout)
     command = "cutsearch " + shlex.join(sys.argv[1:])

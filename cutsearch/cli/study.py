@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -25,6 +26,8 @@ def show_cmd(
     from cutsearch.console import print_study
 
     ws = Workspace(studies_dir)
+    if top <= 0:
+        raise UserError(f"--top must be positive, got {top}")
     print_study(out, study, storage=ws.storage_url(Workspace.check_name(study), storage), top=top)
 
 
@@ -76,4 +79,7 @@ def export_cmd(
 
     ws = Workspace(studies_dir)
     target = export(study, out=out_dir, storage=storage, workspace=ws, force=force)
-    out.print(f"exported {study} to {target}")
+    meta = json.loads((target / "meta.json").read_text())
+    what = (f"the cuBLAS fallback ({meta['fallback_reason']})" if meta["backend"] == "cublas"
+            else f"kernel {meta['kernel']}, {meta['speedup']:.2f}x cuBLAS")
+    out.print(f"exported {study} to {target}: {what}", highlight=False)

@@ -36,13 +36,18 @@ def suite_cmd(
     from cutsearch.suite import run_suite
     from cutsearch.workspace import Workspace
 
+    if evaluator not in ("gpu", "model"):
+        raise UserError(f"a suite runs with --evaluator gpu or model, not {evaluator!r}")
     layers = load_layers(suite_file)
     if only:
         wanted = [s.strip() for s in only.split(",") if s.strip()]
+        if not wanted:
+            raise UserError(f"--only {only!r} names no layer: give names separated by commas")
         missing = [w for w in wanted if w not in layers]
         if missing:
             raise UserError(f"no layer named {', '.join(missing)} in {suite_file} (it has {', '.join(layers)})")
         layers = {k: layers[k] for k in wanted}
+    tuner.check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch)
     ws = Workspace(studies_dir)
     ws.writable()
     command = "cutsearch " + shlex.join(sys.argv[1:])

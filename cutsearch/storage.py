@@ -290,6 +290,17 @@ class Heartbeat:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        if exc_type is not None:
+            # Ctrl-C, or an error, in a process that lives on (a notebook): its trials would stay
+            # RUNNING, since reaping spares the reaper's own. Fail them as a killed run's would be.
+            for trial_id in list(self.trial_ids):
+                try:
+                    self.study._storage.set_trial_user_attr(trial_id, "failure", {
+                        "kind": FailureKind.INTERRUPTED.value, "message": "its run stopped before it finished",
+                        "log": ""})
+                    self.study._storage.set_trial_state_values(trial_id, TrialState.FAIL)
+                except Exception:  # noqa: BLE001 - the storage itself may be what failed
+                    pass

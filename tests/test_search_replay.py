@@ -540,3 +540,24 @@ def test_each_prior_is_followed_by_its_grid_twin_where_one_wave_covers_the_outpu
     # A space without the ws schedule gets no twin either.
     plain = Space(small, schedules=tuple(s for s in SCHEDULES if not s.startswith("ws/")))
     assert all(c.kernel_schedule != "ws" for c in first_configs(small, plain, 8, priors=(prior,)))
+
+
+def test_a_search_stopped_by_an_exception_leaves_no_trial_running_in_a_process_that_lives_on(tmp_path):
+    """Ctrl-C in a notebook: the same process searches again and still reaches its budget."""
+    inner = ReplayEvaluator.load(ASR_RECORDING, ASR)
+
+    class Interrupted:
+        source = "recorded"
+
+        def evaluate(self, layer, configs, events=None):
+            raise KeyboardInterrupt
+            yield  # a generator, as every evaluator is
+
+        def close(self) -> None:
+            pass
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, ASR, Interrupted(), ASR_SPACE, trials=2)
+    _, trials = run(tmp_path, ASR, inner, ASR_SPACE, trials=2)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert len(counted(trials)) == 2

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cutsearch.persist import fsync_file
+
 MANIFEST = "entry.json"
 
 
@@ -31,7 +33,14 @@ class Cache:
 
     def manifest(self, key: str) -> dict[str, Any] | None:
         entry = self.get(key)
-        return json.loads((entry / MANIFEST).read_text()) if entry else None
+        if entry is None:
+            return None
+        try:
+            return json.loads((entry / MANIFEST).read_text())
+        except (OSError, ValueError):
+            # Torn by a crash of the machine before its pages reached the disk: build it again.
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
 
     def staging(self) -> Path:
         """A private directory to build an entry in, on the cache's file system."""
@@ -41,6 +50,9 @@ class Cache:
     def commit(self, key: str, staged: Path, manifest: dict[str, Any]) -> Path:
         """Publish `staged` as entry `key`; if another process published it first, keep theirs."""
         (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        for built in staged.iterdir():  # on the disk before the rename publishes them
+            if built.is_file():
+                fsync_file(built)
         target = self.path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:

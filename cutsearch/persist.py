@@ -29,6 +29,14 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json(path: Path, data: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,6 +94,8 @@ def _write_dir(target: Path, files: dict[str, Path | bytes | str], meta: dict[st
                 dest.write_text(content)
             hashes[name] = sha256(dest)
         (staged / META).write_text(json.dumps({**meta, "files": hashes}, indent=2) + "\n")
+        for written in (*hashes, META):  # on the disk before the rename publishes them
+            fsync_file(staged / written)
         old = None
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")

@@ -116,3 +116,16 @@ def test_sweep_removes_builds_a_killed_process_abandoned_but_not_live_ones(tmp_p
     os.utime(abandoned, (old, old))
     cache.sweep_staging()
     assert not abandoned.exists() and live.exists()
+
+
+@pytest.mark.parametrize("manifest", [b"", b'{"ok": tr'], ids=["empty", "torn"])
+def test_an_entry_a_machine_crash_left_torn_is_built_again_not_an_error(tmp_path, manifest):
+    cache = Cache(tmp_path / "kernels")
+    staged = cache.staging()
+    (staged / LIBRARY).write_bytes(b"\x7fELF")
+    entry = cache.commit("ab" * 16, staged, {"ok": True})
+    (entry / MANIFEST).write_bytes(manifest)  # its pages lost with the machine
+    assert cache.manifest("ab" * 16) is None and cache.get("ab" * 16) is None
+    rebuilt = cache.staging()
+    cache.commit("ab" * 16, rebuilt, {"ok": True, "again": True})
+    assert cache.manifest("ab" * 16) == {"ok": True, "again": True}

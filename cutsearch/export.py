@@ -8,7 +8,6 @@ the same C ABI, so that using cutsearch never makes an application slower.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ def export(study: str, *, out: Path | None = None, storage: str | None = None, w
             files, body = _kernel_export(layer, best, {**meta, **judged})
         else:
             files, body = _fallback_export(layer, reason, meta)
-        return _write(target, files, body, layer=layer, study=study, summary=_read_json(ws.result_json(study)))
+        return _write(target, files, body, layer=layer, study=study, summary=persist.read_json(ws.result_json(study)))
 
 
 def _write(target: Path, files: dict, body: dict, *, layer: Layer, study: str, summary: dict | None) -> Path:
@@ -50,7 +49,8 @@ def _write(target: Path, files: dict, body: dict, *, layer: Layer, study: str, s
                  "header": HEADER, "layer": layer.to_dict(),
                  "dtypes": {"x": layer.dtype, "w": layer.dtype, "b": layer.dtype if layer.bias else None,
                             "y": layer.dtype, "accumulate": "f32"},
-                 "search": {k: summary.get(k) for k in ("trials", "wall_s", "command", "gpu")} if summary else None})
+                 "search": ({k: summary.get(k) for k in ("trials", "wall_s", "command", "gpu")}
+                            if isinstance(summary, dict) else None)})
     return persist.write_dir(target, files, body)
 
 
@@ -83,19 +83,12 @@ def _check_target(target: Path, force: bool) -> None:
         return
     if not target.is_dir():
         raise UserError(f"{target} exists and is not a directory: choose another --out")
-    meta = _read_json(target / persist.META)
-    ours = meta is not None and meta.get("exported_by") == EXPORTED_BY
+    meta = persist.read_json(target / persist.META)
+    ours = isinstance(meta, dict) and meta.get("exported_by") == EXPORTED_BY
     if not ours and any(target.iterdir()):
         raise UserError(f"{target} exists and is not a cutsearch export: refusing to replace it")
     if ours and not force:
         raise UserError(f"{target} already holds an export: pass --force to replace it")
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: dict[str, int]) -> str:

@@ -37,6 +37,14 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file's data, or None where it is missing or unreadable (an optional file)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def write_json(path: Path, data: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import platform
 import sys
@@ -203,7 +202,8 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, cublas_us: floa
     if not isinstance(ev, GpuEvaluator) or key is None:
         return
     entry = ev.compiler.cache.get(key)
-    held = _read_meta(target / persist.META)
+    held = persist.read_json(target / persist.META)
+    held = held if isinstance(held, dict) else {}
     if entry is None or (held.get("kernel_key"), held.get("trial"), held.get("cublas_us")) == (
             key, best.number, cublas_us):
         return
@@ -219,13 +219,6 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, cublas_us: floa
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     persist.write_dir(target, {"kernel.cu": entry / "kernel.cu", "kernel.so": entry / "kernel.so"}, meta)
-
-
-def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def summary(result: SearchResult, *, toolchain: Provenance | None = None, command: str = "",

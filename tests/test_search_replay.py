@@ -28,7 +28,7 @@ from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluation, ReplayEvaluator
 from cutsearch.outcome import Failure
 from cutsearch.problem import Layer
-from cutsearch.search import search
+from cutsearch.search import SearchResult, search
 from cutsearch.space import SCHEDULES, Config, Knobs, Space, invalid_reason
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -561,3 +561,47 @@ def test_a_search_stopped_by_an_exception_leaves_no_trial_running_in_a_process_t
     _, trials = run(tmp_path, ASR, inner, ASR_SPACE, trials=2)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert len(counted(trials)) == 2
+
+
+def test_a_config_asked_twice_in_one_batch_is_measured_once_and_counted_once(tmp_path):
+    """Its second trial repeats the first's evaluation: one cuBLAS timing in the verdict's median."""
+    result, trials = run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=8, batch=8)
+    told = counted(trials)
+    keys = [t.user_attrs["config"] for t in told]
+    assert len(told) == 8 and len(set(keys)) < len(keys), "the tiny space makes the batch repeat configs"
+    measured_once = collections.Counter(k for k, t in zip(keys, told)
+                                        if not t.user_attrs["evaluation"].get("replayed_from_study"))
+    assert set(measured_once.values()) == {1} and set(measured_once) == set(keys)
+    assert result.new_trials == len(set(keys))
+
+
+def _record_runs(journal: str, count: int, go) -> None:
+    store = journal_storage(journal)
+    result = SearchResult(study_name=STUDY, layer=ASR, best=None, cublas_us=None, trials=0, new_trials=0,
+                                new_compiles=0, failures={}, wall_s=1.0, source="recorded")
+    go.wait()
+    for i in range(count):
+        tuner._record_run(store, STUDY, result, f"run {os.getpid()} {i}")
+
+
+def journal_storage(path: str) -> JournalStorage:
+    return JournalStorage(JournalFileBackend(path))
+
+
+def test_workers_that_finish_together_keep_each_others_runs_in_the_history(tmp_path):
+    import multiprocessing
+
+    journal = str(tmp_path / "journal.log")
+    optuna.create_study(study_name=STUDY, storage=journal_storage(journal))
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_record_runs, args=(journal, 25, go)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    time.sleep(3)  # both started and waiting
+    go.set()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    runs = optuna.load_study(study_name=STUDY, storage=journal_storage(journal)).user_attrs["runs"]
+    assert len(runs) == 50

@@ -147,7 +147,7 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
         trials = Table(title=f"{title}: top {min(top, len(d.top(top)))} of {len(d.measured)} completed trials",
                        title_justify="left")
         for name, justify in (("trial", "right"), ("median µs", "right"), ("p20-p80 µs", "right"),
-                              ("cuBLAS µs", "right"), ("speedup", "right"), ("config", "left"),
+                              ("cuBLAS beside µs", "right"), ("speedup", "right"), ("config", "left"),
                               ("compile s", "right")):
             trials.add_column(name, justify=justify)
         for r in d.top(top):

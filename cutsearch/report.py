@@ -411,7 +411,7 @@ def _header(d: Digest) -> str:
 def _top_table(d: Digest, count: int = 10) -> str:
     if not d.measured:
         return f'<p class="empty">{NOTHING}</p>'
-    head = "".join(f"<th>{h}</th>" for h in ("trial", "median µs", "p20-p80 µs", "cuBLAS µs", "speedup",
+    head = "".join(f"<th>{h}</th>" for h in ("trial", "median µs", "p20-p80 µs", "cuBLAS beside µs", "speedup",
                                               "config", "compile s"))
     rows = []
     for r in d.top(count):

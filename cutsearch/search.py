@@ -263,9 +263,12 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     learned: set[int] = set()
     _learn(known, learned, study.get_trials(deepcopy=False))
     best = _best(study)
-    if best is not None and on_best is not None:
-        # A killed run may have told its best and died before persisting it.
-        on_best(best, verdict_cublas_us(best, records(study)))
+    if best is not None:
+        # What a resumed study, or a worker joining one, starts from.
+        cublas_us = verdict_cublas_us(best, records(study))
+        _emit(events, "best", median_us=best.median_us, cublas_us=cublas_us, config=best.config.key)
+        if on_best is not None:  # a killed run may have told its best and died before persisting it
+            on_best(best, cublas_us)
     new_trials = new_compiles = 0
     stalled = 0
     with storage_mod.Heartbeat(study) as heartbeat:

@@ -76,6 +76,9 @@ def load_study(name: str, url: str | Path, store: optuna.storages.BaseStorage | 
             raise UserError(f"no study named {name!r}: {text} is a directory, not a journal file or storage URL")
         if "://" not in text and not Path(text).is_file():
             raise UserError(f"no study named {name!r}: {text} does not exist (run `cutsearch search` first)")
+        if text.startswith("sqlite:///") and not Path(text[len("sqlite:///"):]).is_file():
+            # SQLAlchemy would create an empty database for a reader that only looks.
+            raise UserError(f"no study named {name!r}: {text} does not exist (run `cutsearch search` first)")
         store = open_storage(text)
     try:
         return optuna.load_study(study_name=name, storage=store)

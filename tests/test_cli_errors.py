@@ -459,3 +459,9 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(studies):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted: finished trials are saved" in stderr
+
+
+def test_a_reader_of_a_missing_sqlite_database_creates_none(studies, tmp_path):
+    database = tmp_path / "missing.db"
+    one_line_error(cutsearch("show", "s", "--storage", f"sqlite:///{database}"), "does not exist")
+    assert not database.exists()

@@ -605,3 +605,13 @@ def test_workers_that_finish_together_keep_each_others_runs_in_the_history(tmp_p
     assert [p.exitcode for p in procs] == [0, 0]
     runs = optuna.load_study(study_name=STUDY, storage=journal_storage(journal)).user_attrs["runs"]
     assert len(runs) == 50
+
+
+def test_a_resumed_search_or_a_joining_worker_shows_the_studys_best_from_the_start(tmp_path):
+    first, _ = run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=2)
+    heard = []
+    run(tmp_path, ASR, replay(ASR_RECORDING, ASR), ASR_SPACE, trials=3,
+        events=lambda name, data: heard.append((name, data)))
+    bests = [data for name, data in heard if name == "best"]
+    assert bests and bests[0]["median_us"] == first.best.median_us
+    assert bests[0]["cublas_us"] == first.cublas_us

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from cutsearch import persist
 from cutsearch.errors import UserError
+from tests.together import run_together
 
 
 def test_write_json_writes_the_data_with_a_trailing_newline(tmp_path):
@@ -148,16 +147,7 @@ def _write_many(target: str, writer: int, count: int, go) -> None:
 
 def test_two_processes_writing_one_directory_never_fail_nor_mix_their_files(tmp_path):
     target = tmp_path / "best"
-    ctx = multiprocessing.get_context("spawn")
-    go = ctx.Event()
-    procs = [ctx.Process(target=_write_many, args=(str(target), w, 200, go)) for w in (1, 2)]
-    for p in procs:
-        p.start()
-    time.sleep(2)  # both started and waiting
-    go.set()
-    for p in procs:
-        p.join(120)
-    assert [p.exitcode for p in procs] == [0, 0]
+    assert run_together(_write_many, [(str(target), w, 200) for w in (1, 2)]) == [0, 0]
     meta = persist.verify_dir(target)  # the files match their hashes: one writer's whole version
     assert (target / "kernel.so").read_bytes() == f"{meta['trial'] // 1000}-{meta['trial'] % 1000}".encode()
     assert _left(tmp_path) == ["best"]

@@ -30,6 +30,7 @@ from cutsearch.outcome import Failure
 from cutsearch.problem import Layer
 from cutsearch.search import SearchResult, search
 from cutsearch.space import SCHEDULES, Config, Knobs, Space, invalid_reason
+from tests.together import run_together
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "studies" / "recorded" / "h200-smoke"
@@ -589,20 +590,9 @@ def journal_storage(path: str) -> JournalStorage:
 
 
 def test_workers_that_finish_together_keep_each_others_runs_in_the_history(tmp_path):
-    import multiprocessing
-
     journal = str(tmp_path / "journal.log")
     optuna.create_study(study_name=STUDY, storage=journal_storage(journal))
-    ctx = multiprocessing.get_context("spawn")
-    go = ctx.Event()
-    procs = [ctx.Process(target=_record_runs, args=(journal, 25, go)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    time.sleep(3)  # both started and waiting
-    go.set()
-    for p in procs:
-        p.join(120)
-    assert [p.exitcode for p in procs] == [0, 0]
+    assert run_together(_record_runs, [(journal, 25), (journal, 25)]) == [0, 0]
     runs = optuna.load_study(study_name=STUDY, storage=journal_storage(journal)).user_attrs["runs"]
     assert len(runs) == 50
 

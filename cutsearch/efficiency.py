@@ -27,13 +27,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import heapq
-import json
 import random
 import statistics
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from cutsearch import model
+from cutsearch import model, persist
 from cutsearch.errors import UserError
 from cutsearch.evaluator import MEASURE_TIMEOUT_S, Evaluation, read_recording, save_recording
 from cutsearch.outcome import Failure, FailureKind, Measurement
@@ -158,13 +157,8 @@ def record_study(study_name: str, *, storage: str, out: Path, command: str | Non
     if not evaluations:
         detail = ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "no trials"
         raise UserError(f"study {study_name!r} holds no measured evaluation to record ({detail})")
-    summary: dict[str, Any] = {}
-    if results is not None and Path(results).is_file():
-        try:
-            summary = json.loads(Path(results).read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            summary = {}
-        summary = summary if isinstance(summary, dict) else {}
+    summary = persist.read_json(results) if results is not None else None
+    summary = summary if isinstance(summary, dict) else {}
     toolchain = summary.get("toolchain") or {}
     gpu = toolchain.get("gpu") or {}
     meta = {
@@ -569,7 +563,6 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def write_report(report: dict[str, Any], out: Path) -> Path:
-    from cutsearch import persist
 
     persist.write_json(Path(out), report)
     return Path(out)

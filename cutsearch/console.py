@@ -65,6 +65,15 @@ class ProgressView:
             self.console.print(f"time limit reached after {data['elapsed_s']:.0f} s: stopping after this batch")
         elif name == "exhausted":
             self.console.print("the sampler proposes only configs already tried: the space is exhausted")
+        elif name == "racing":
+            self.console.print(f"racing the {data['kernels']} fastest kernel(s) and cuBLAS again, "
+                               f"{data['rounds']} interleaved rounds")
+        elif name == "raced":
+            self.best_us, self.cublas_us = data["median_us"], data["cublas_us"]
+            for error in data.get("errors") or ():
+                self.console.print(f"[yellow]a contender failed its check in the race: {error}[/]")
+        elif name == "race failed":
+            self.console.print(f"[yellow]the race failed ({data['message']}): judging by the trials[/]")
         self.progress.update(self.task, status=self._status())
 
 
@@ -84,6 +93,8 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
     table.add_row("best kernel", _us(s["best_us"]))
     table.add_row("cuBLAS (F.linear)", _us(s["cublas_us"]))
     table.add_row("speedup", "-" if s["speedup"] is None else f"{s['speedup']:.2f}x")
+    if s.get("verdict"):
+        table.add_row("judged by", s["verdict"])
     # The same kernel with the caller's buffers already padded: what the per-call copies cost.
     for name, us in ((s.get("best") or {}).get("io_variants_us") or {}).items():
         table.add_row(f"  with {name}" if name != "kernel only" else "  with x and y padded",
@@ -162,7 +173,7 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
     summary = Table(title=f"{title}: best kernel against cuBLAS", show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
-    summary.add_row("best kernel", "no completed trial" if best is None else
+    summary.add_row("best kernel", "none" if best is None else
                     f"{_us(best.median_us)} (trial {best.number})")
     summary.add_row("cuBLAS (F.linear)", "-" if d.cublas_us is None else f"{_us(d.cublas_us)} ({d.cublas_basis})")
     summary.add_row("speedup", "-" if d.speedup is None else f"{d.speedup:.2f}x")
@@ -176,7 +187,8 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
         summary.add_row("config", _config_line(best.config.to_dict(), best.evaluation["measurement"]["knobs"]))
     console.print(summary)
     if best is None:
-        console.print(f"[yellow]no completed trial in {study}: every finished trial failed[/]")
+        why = d.verdict.basis if d.measured else "every finished trial failed"
+        console.print(f"[yellow]no kernel to ship in {study}: {why}[/]")
     if d.note:
         console.print(f"[yellow]{d.note}[/]")
     if d.speedup is not None and d.speedup < 1:

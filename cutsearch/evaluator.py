@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from cutsearch import model
-from cutsearch.outcome import Failure, FailureKind, Measurement, Outcome, Timing
+from cutsearch.outcome import Failure, FailureKind, Measurement, Outcome, Race, Timing
 from cutsearch.problem import Layer
 from cutsearch.space import Config, Knobs, kernel_problem, knob_grid
 
@@ -132,16 +132,41 @@ class GpuEvaluator:
                                  outcome=Failure(kind=FailureKind.DEFECT, message=built.ptxas.defect))
                 continue
             kp = kernel_problem(layer, config)
-            request = MeasureRequest(library=str(built.library), m=layer.m, n=layer.n, k=layer.k, dtype=layer.dtype,
-                                     bias=layer.bias, activation=layer.activation, pad_n=kp.pad_n, pad_k=kp.pad_k,
-                                     knobs=tuple(knob_grid(config, layer)), input=layer.input,
-                                     output=layer.output, seed=i + 1)
+            request = MeasureRequest(**_layer_args(layer), library=str(built.library), pad_n=kp.pad_n,
+                                     pad_k=kp.pad_k, knobs=tuple(knob_grid(config, layer)), seed=i + 1)
             reply = self.worker.call(request, timeout_s=self.measure_timeout_s)
             _emit(events, "measured", ok=isinstance(reply, Measurement))
             yield Evaluation(config=config, outcome=reply, source=self.source, **info)
 
+    def race(self, layer: Layer, contenders: list[tuple[Config, Knobs]], rounds: int) -> Race | Failure:
+        """Time built kernels (each with its trial's run-time arguments) and cuBLAS again, in
+        interleaved rounds. The kernels come from the cache; one missing there is built again."""
+        from cutsearch import codegen
+        from cutsearch.worker import RaceEntry, RaceRequest
+
+        self.device()
+        try:
+            sources = [(i, codegen.render(layer, config)) for i, (config, _) in enumerate(contenders)]
+        except codegen.CodegenError as exc:
+            return Failure(kind=FailureKind.INVALID, message=str(exc)[:300], log=str(exc))
+        built = dict(self.compiler.compile_many(sources))
+        entries = []
+        for i, (config, knobs) in enumerate(contenders):
+            if isinstance(built[i], Failure):
+                return built[i]
+            kp = kernel_problem(layer, config)
+            entries.append(RaceEntry(library=str(built[i].library), pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs))
+        request = RaceRequest(**_layer_args(layer), entries=tuple(entries), rounds=rounds, seed=len(entries) + 1000)
+        return self.worker.call(request, timeout_s=self.measure_timeout_s * rounds)
+
     def close(self) -> None:
         self.worker.close()
+
+
+def _layer_args(layer: Layer) -> dict[str, Any]:
+    """A worker request's layer fields (worker.LayerRequest)."""
+    return dict(m=layer.m, n=layer.n, k=layer.k, dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
+                input=layer.input, output=layer.output)
 
 
 class ReplayEvaluator:

@@ -38,9 +38,9 @@ def export(study: str, *, out: Path | None = None, storage: str | None = None, w
         meta = persist.verify_dir(best) if best.exists() else None
         judged, reason = _judge(study, ws.storage_url(study, storage), meta)
         if judged is not None and judged["speedup"] >= 1.0:
-            files, body = _kernel_export(layer, best, {**meta, **judged})
+            files, body = _kernel_export(layer, best, {**meta, **judged}, reason)
         else:
-            files, body = _fallback_export(layer, reason, meta)
+            files, body = _fallback_export(layer, reason, judged or meta)
         return _write(target, files, body, layer=layer, study=study, summary=persist.read_json(ws.result_json(study)))
 
 
@@ -55,27 +55,36 @@ def _write(target: Path, files: dict, body: dict, *, layer: Layer, study: str, s
 
 
 def _judge(study: str, url: str, meta: dict[str, Any] | None) -> tuple[dict[str, float] | None, str]:
-    """The persisted kernel against cuBLAS, judged now from the study (search.verdict_cublas_us).
+    """The persisted kernel against cuBLAS, judged now from the study (search.judge).
 
-    The best directory keeps the verdict of when it was written: before the study's last trials,
-    by another worker, or by an older cutsearch. Returns the kernel's cublas_us and speedup, or
-    None and why the export calls cuBLAS.
+    The best directory keeps the verdict of when it was written: before the study's race or
+    last trials, by another worker, or by an older cutsearch. Returns the kernel's time,
+    cublas_us and speedup, or None and why the export calls cuBLAS.
     """
-    from cutsearch.search import records, verdict_cublas_us
+    from cutsearch.search import judge, records, verdict_cublas_us
     from cutsearch.storage import load_study
 
     if meta is None:
         return None, "the search persisted no kernel"
-    trials = records(load_study(study, url))
+    loaded = load_study(study, url)
+    trials = records(loaded)
     held = next((r for r in trials if r.number == meta.get("trial") and r.median_us
                  and r.evaluation.get("kernel_key") == meta.get("kernel_key")), None)
     if held is None:
         return None, "the persisted kernel is no measured trial of this study"
-    cublas_us = verdict_cublas_us(held, trials)
+    verdict = judge(trials, loaded.user_attrs.get("race"))
+    if verdict.raced_us is not None:
+        kernel_us = verdict.raced_us.get(held.number)
+        if kernel_us is None:
+            return None, "the persisted kernel did not pass the race against cuBLAS: search again to persist its winner"
+        cublas_us = verdict.cublas_us
+    else:
+        kernel_us, cublas_us = held.median_us, verdict_cublas_us(held, trials)
     if cublas_us is None:
         return None, "the best kernel has no cuBLAS comparison"
-    speedup = cublas_us / held.median_us
-    return {"cublas_us": cublas_us, "speedup": speedup}, f"the best kernel ran at {speedup:.2f}x cuBLAS"
+    speedup = cublas_us / kernel_us
+    return ({"kernel_us": kernel_us, "cublas_us": cublas_us, "speedup": speedup},
+            f"the best kernel ran at {speedup:.2f}x cuBLAS ({verdict.basis})")
 
 
 def _check_target(target: Path, force: bool) -> None:
@@ -125,7 +134,7 @@ def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:
     }
 
 
-def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any]) -> tuple[dict, dict]:
+def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any], verdict: str) -> tuple[dict, dict]:
     transforms = meta["transforms"]
     source = (best / "kernel.cu").read_text()
     name = next((line.split()[-1] for line in source.splitlines() if line.startswith("// Gemm operator")), "kernel")
@@ -135,13 +144,15 @@ def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any]) -> tuple[dict
     files[LIBRARY] = best / "kernel.so"
     body = {"backend": "cutlass", "arch": meta.get("arch", "sm_90a"), "kernel": name,
             "config": meta["config"], "knobs": meta["knobs"], "transforms": transforms,
-            "timing_us": meta["timing_us"], "cublas_us": meta["cublas_us"], "speedup": meta["speedup"],
+            "timing_us": meta["timing_us"], "kernel_us": meta.get("kernel_us", meta["timing_us"]["median_us"]),
+            "cublas_us": meta["cublas_us"], "speedup": meta["speedup"], "verdict": verdict,
             "floor_us": meta.get("floor_us"), "toolchain": {"gpu": meta.get("gpu"), "nvcc": meta.get("nvcc"),
                                                             "cutlass": meta.get("cutlass")}}
     return files, body
 
 
-def _fallback_export(layer: Layer, reason: str, meta: dict[str, Any] | None) -> tuple[dict, dict]:
+def _fallback_export(layer: Layer, reason: str, judged: dict[str, Any] | None) -> tuple[dict, dict]:
+    """`judged`: the best kernel's figures, as judged now or else as persisted."""
     source = codegen.render_fallback(layer)
     files: dict[str, Any] = _common_files(layer, backend="cublas", header=_header(
         layer, kernel_name="cublas_fallback", pad_n=layer.n, pad_k=layer.k, knobs={}))
@@ -154,8 +165,8 @@ def _fallback_export(layer: Layer, reason: str, meta: dict[str, Any] | None) -> 
         note = f"the C library was not built here ({problem}): build it with CMakeLists.txt; Python calls torch"
     body = {"backend": "cublas", "arch": None, "fallback_reason": f"{reason}: this export calls cuBLAS",
             "transforms": {"swap_ab": False, "pad_n": layer.n, "pad_k": layer.k}, "config": None, "knobs": {},
-            "timing_us": None, "cublas_us": (meta or {}).get("cublas_us"), "speedup": 1.0,
-            "best_kernel_speedup": (meta or {}).get("speedup"), "note": note}
+            "timing_us": None, "cublas_us": (judged or {}).get("cublas_us"), "speedup": 1.0,
+            "best_kernel_speedup": (judged or {}).get("speedup"), "note": note}
     return files, body
 
 

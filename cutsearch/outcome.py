@@ -94,3 +94,16 @@ class Measurement:
 
 
 Outcome = Measurement | Failure
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Race:
+    """Contending kernels and cuBLAS timed again in interleaved rounds: one median per round.
+
+    `kernel_us[i]` is None where contender i failed its correctness check (`errors[i]` says why).
+    """
+
+    kernel_us: tuple[tuple[float, ...] | None, ...]
+    cublas_us: tuple[float, ...]
+    errors: tuple[str | None, ...]
+    reps: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import datetime
 import html
 import math
@@ -23,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cutsearch.errors import UserError
 from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
-from cutsearch.search import TrialRecord, verdict_cublas_us
+from cutsearch.search import TrialRecord, Verdict, judge
 from cutsearch.space import Config
 from cutsearch.storage import load_study
 
@@ -56,14 +57,20 @@ class Digest:
     builds: tuple[float, ...]          # compile seconds of kernels built for this study
     cached_builds: int
     sources: tuple[str, ...]           # "measured", "recorded", "predicted"
+    race: dict | None = None           # the race that ended the last search (search.judge)
 
     @property
     def trials(self) -> int:
         return len(self.measured) + len(self.failed)
 
+    @functools.cached_property
+    def verdict(self) -> Verdict:
+        return judge(list(self.measured), self.race)
+
     @property
     def best(self) -> TrialRecord | None:
-        return min(self.measured, key=lambda r: r.median_us) if self.measured else None
+        """The best kernel as judged: its times are the race's where one stands."""
+        return self.verdict.best
 
     @property
     def cublas_runs(self) -> list[float]:
@@ -72,11 +79,13 @@ class Digest:
 
     @property
     def cublas_us(self) -> float | None:
-        """The line to beat, as the search and the export judge it (search.verdict_cublas_us)."""
-        return verdict_cublas_us(self.best, self.measured)
+        """The line to beat, as the search and the export judge it (search.judge)."""
+        return self.verdict.cublas_us
 
     @property
     def cublas_basis(self) -> str:
+        if self.verdict.raced_us is not None:
+            return self.verdict.basis
         return f"lower of the run beside the best and the median of {_plural(len(self.cublas_runs), 'run')}"
 
     @property
@@ -152,7 +161,8 @@ def digest_of(study: optuna.Study) -> Digest:
                                       config=_config_key(trial)))
     return Digest(study=study.study_name, layer=Layer.from_dict(layer_attrs, name=study.study_name),
                   measured=tuple(measured), failed=tuple(failed), rejected=dict(rejected.most_common()),
-                  pending=pending, builds=tuple(builds), cached_builds=cached, sources=tuple(sorted(sources)))
+                  pending=pending, builds=tuple(builds), cached_builds=cached, sources=tuple(sorted(sources)),
+                  race=study.user_attrs.get("race"))
 
 
 def _config_key(trial: FrozenTrial) -> str:
@@ -313,7 +323,7 @@ def _by_parameter(d: Digest) -> Any:
 def _roofline(d: Digest) -> Any:
     import plotly.graph_objects as go
 
-    if not d.measured:
+    if d.best is None:
         return NOTHING
     layer = d.layer
     intensity = layer.flops / layer.bytes  # FLOP per byte of x, W, b and y moved once
@@ -329,7 +339,7 @@ def _roofline(d: Digest) -> Any:
         return layer.flops / (us * 1e-6) / 1e12
 
     best = d.best
-    others = [r for r in d.measured if r is not best]
+    others = [r for r in d.measured if best is None or r.number != best.number]
     if others:
         fig.add_trace(go.Scatter(x=[intensity] * len(others), y=[tflops(r.median_us) for r in others],
                                  mode="markers", name="other trials", hovertext=[_hover(r) for r in others],
@@ -402,7 +412,8 @@ def _header(d: Digest) -> str:
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     notice = ""
     if best is None:
-        notice += f'<p class="notice">No completed trial in {html.escape(d.study)}: nothing was measured yet.</p>'
+        why = d.verdict.basis if d.measured else "nothing was measured yet"
+        notice += f'<p class="notice">No kernel to ship in {html.escape(d.study)}: {html.escape(why)}.</p>'
     if d.note:
         notice += f'<p class="note">Note: {html.escape(d.note)}.</p>'
     return f'<table class="summary">{cells}</table>{notice}'

@@ -26,13 +26,14 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
     base = {"name": name, "M": layer.m, "N": layer.n, "K": layer.k, "dtype": layer.dtype, "bias": layer.bias,
             "activation": layer.activation, "input": layer.input, "output": layer.output,
             "floor_us": layer.floor_us, "trials": result.trials,
-            "wall_s": round(result.wall_s, 1), "study": result.study_name, "source": result.source}
+            "wall_s": round(result.wall_s, 1), "study": result.study_name, "source": result.source,
+            "verdict": result.basis}
     if best is None or speedup is None:
         return {**base, "cublas_us": cublas_us, "cutsearch_us": cublas_us,
                 "speedup": 1.0 if cublas_us else None, "fallback": True, "kernel_us": None,
                 "config": None, "transforms": None, "note": "no correct kernel was measured"}
-    base["cublas_beside_us"] = best.cublas_us
     measurement = best.evaluation["measurement"]
+    base["cublas_beside_us"] = (measurement.get("baseline") or {}).get("median_us")
     transforms = {**layer_transforms(layer, best.config, measurement["knobs"]), "knobs": measurement["knobs"]}
     # The roofline floor plus an empty kernel timed in the same run: no call is faster, so
     # cuBLAS over it is the most any kernel could gain here.
@@ -74,7 +75,9 @@ def run_suite(layers: dict[str, Layer], *, tune: Callable[..., SearchResult], bu
             "wall_s": round(time.monotonic() - start, 1),
             "geomean_speedup": geomean([r["speedup"] for r in records]),
             "note": "speedup = cuBLAS (F.linear, same bias and activation) / cutsearch, cold L2, same process;"
-                    " cublas_us is the lower of the timing beside the best kernel (cublas_beside_us) and the"
+                    " kernel_us and cublas_us are medians of the race that ends each search (the fastest kernels"
+                    " and cuBLAS timed again in interleaved rounds; see each record's verdict), else the best"
+                    " trial's time against the lower of the cuBLAS timing beside it (cublas_beside_us) and the"
                     " median of the layer's cuBLAS timings; fallback layers count 1.00x", "records": records}
     slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
     path = workspace.root / "results" / f"suite-{slug}-{date}.json"

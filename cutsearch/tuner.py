@@ -204,14 +204,16 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, cublas_us: floa
     entry = ev.compiler.cache.get(key)
     held = persist.read_json(target / persist.META)
     held = held if isinstance(held, dict) else {}
-    if entry is None or (held.get("kernel_key"), held.get("trial"), held.get("cublas_us")) == (
-            key, best.number, cublas_us):
+    if entry is None or (held.get("kernel_key"), held.get("trial"), held.get("cublas_us"), held.get("kernel_us")) == (
+            key, best.number, cublas_us, best.median_us):
         return
     meas = best.evaluation["measurement"]
     meta = {
         "layer": layer.to_dict(), "config": best.config.to_dict(), "knobs": meas["knobs"],
         "transforms": transforms(layer, best.config, meas["knobs"]),
-        "timing_us": meas["timing"], "cublas_us": cublas_us, "cublas_beside_us": best.cublas_us,
+        # timing_us is the trial's; kernel_us and cublas_us are as judged (from the race, if one ran).
+        "timing_us": meas["timing"], "kernel_us": best.median_us, "cublas_us": cublas_us,
+        "cublas_beside_us": meas["baseline"]["median_us"] if meas.get("baseline") else None,
         "speedup": cublas_us / best.median_us if cublas_us and best.median_us else None,
         "floor_us": layer.floor_us, "trial": best.number, "arch": "sm_90a",
         "gpu": toolchain.gpu, "nvcc": toolchain.nvcc, "cutlass": toolchain.cutlass,
@@ -242,6 +244,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "empty_kernel_us": best.empty_kernel_us if best else None,
         "floor_with_launch_us": layer.floor_us + best.empty_kernel_us if best and best.empty_kernel_us else None,
         "cublas_wins": result.speedup is not None and result.speedup < 1.0,
+        "verdict": result.basis,
         "trials": result.trials,
         "new_trials": result.new_trials,
         "new_compiles": result.new_compiles,

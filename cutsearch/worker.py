@@ -22,7 +22,7 @@ import traceback
 from typing import Any, Callable
 
 from cutsearch.abi import io_flags
-from cutsearch.outcome import Failure, FailureKind, Measurement, Timing
+from cutsearch.outcome import Failure, FailureKind, Measurement, Race, Timing
 from cutsearch.pool import READY
 from cutsearch.space import Knobs
 
@@ -52,39 +52,55 @@ class DeviceInfo:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
-class MeasureRequest:
-    """Measure one built kernel over its run-time variants."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LayerRequest:
+    """The layer a request runs (y = act(x @ W^T + b) in the caller's layouts), and how it times."""
 
-    library: str
     m: int
     n: int
     k: int
     dtype: str
     bias: bool
     activation: str
-    pad_n: int
-    pad_k: int
-    knobs: tuple[Knobs, ...]
     input: str = "contiguous"
     output: str = "contiguous"
     seed: int = 0
     reps: int = REPS
     warmup: int = WARMUP
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeasureRequest(LayerRequest):
+    """Measure one built kernel over its run-time variants."""
+
+    library: str
+    pad_n: int
+    pad_k: int
+    knobs: tuple[Knobs, ...]
     baseline: bool = True
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaselineRequest(LayerRequest):
+    """Time cuBLAS alone."""
+
+
 @dataclasses.dataclass(frozen=True)
-class BaselineRequest:
-    m: int
-    n: int
-    k: int
-    dtype: str
-    bias: bool
-    activation: str
-    seed: int = 0
-    reps: int = REPS
-    warmup: int = WARMUP
+class RaceEntry:
+    """One built kernel of a race, with the run-time arguments its trial chose."""
+
+    library: str
+    pad_n: int
+    pad_k: int
+    knobs: Knobs
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RaceRequest(LayerRequest):
+    """Time `entries` and cuBLAS in `rounds` interleaved rounds (see _race)."""
+
+    entries: tuple[RaceEntry, ...]
+    rounds: int = 5
 
 
 class _Fatal(Exception):
@@ -140,6 +156,8 @@ def handle(request: Any, state: dict[str, Any]) -> Any:
         return bench.time(lambda: inputs.baseline())
     if isinstance(request, MeasureRequest):
         return _measure(torch, request, state)
+    if isinstance(request, RaceRequest):
+        return _race(torch, request, state)
     raise TypeError(f"unknown request {type(request).__name__}")
 
 
@@ -257,50 +275,70 @@ class _Output:
         self.view = self.buffer.t() if r.output == "transposed" else self.buffer[:, : r.n]
 
 
-def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | Failure:
-    lib = _load(r.library, state)
-    inputs = _Inputs(torch, r, r.pad_n, r.pad_k)
-    ref = inputs.reference()
-    bench = _Bench(torch, r.reps, r.warmup)
-    stream = torch.cuda.current_stream().cuda_stream
-    out = _Output(torch, r, r.pad_n, inputs.x.dtype)
-    b_ptr = inputs.b_prepared.data_ptr() if inputs.b_prepared is not None else None
-    timed: list[tuple[Knobs, Timing, float, Callable[[], None]]] = []
-    failures: list[str] = []
-    handles: list[ctypes.c_void_p] = []
-    workspaces = []
+class _Launches:
+    """A built kernel bound to one request's tensors, per run-time variant; close() destroys them."""
 
-    def bound_call(knobs: Knobs, x_padded: bool, y: Any, y_padded: bool) -> Callable[[], None]:
+    def __init__(self, torch, lib, r, inputs: _Inputs, pad_n: int, pad_k: int) -> None:
+        self.torch, self.lib, self.r, self.inputs, self.pad_n, self.pad_k = torch, lib, r, inputs, pad_n, pad_k
+        self.stream = torch.cuda.current_stream().cuda_stream
+        self.handles: list[ctypes.c_void_p] = []
+        self.workspaces: list[Any] = []
+
+    def bind(self, knobs: Knobs, x_padded: bool, y: Any, y_padded: bool) -> Callable[[], None]:
         """A layer call on one run-time variant; raises RuntimeError with the launcher's message."""
+        torch, lib, r, inputs = self.torch, self.lib, self.r, self.inputs
         handle = ctypes.c_void_p()
-        if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, r.pad_n, r.pad_k, torch.cuda.current_device(),
+        if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, self.pad_n, self.pad_k, torch.cuda.current_device(),
                          knobs.raster, knobs.swizzle, knobs.splits, knobs.decomposition, knobs.reduction,
                          io_flags(x_padded, y_padded, bool(knobs.pdl), bool(knobs.views))):
             raise RuntimeError("cs_create failed")
-        handles.append(handle)
+        self.handles.append(handle)
         workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
-        workspaces.append(workspace)
+        self.workspaces.append(workspace)
         x = inputs.x_padded if x_padded else inputs.x
+        b_ptr = inputs.b_prepared.data_ptr() if inputs.b_prepared is not None else None
         if lib.cs_bind(handle, x.data_ptr(), inputs.w_prepared.data_ptr(), b_ptr, y.data_ptr(), workspace.data_ptr()):
             raise RuntimeError(lib.cs_error(handle).decode())
+        stream = self.stream
 
         def call() -> None:
             if lib.cs_run(handle, stream):
                 raise RuntimeError(lib.cs_error(handle).decode())
         return call
 
+    def close(self) -> None:
+        for handle in self.handles:
+            self.lib.cs_destroy(handle)
+        self.handles.clear()
+
+
+def _checked(torch, call: Callable[[], None], view: Any, ref: Any) -> float:
+    """The relative error of a call's result. It runs twice first: a stale stream-K workspace
+    shows only on a second launch."""
+    view.fill_(float("nan"))
+    call()
+    call()
+    torch.cuda.synchronize()
+    return _rel_error(torch, view, ref)
+
+
+def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | Failure:
+    lib = _load(r.library, state)
+    inputs = _Inputs(torch, r, r.pad_n, r.pad_k)
+    ref = inputs.reference()
+    bench = _Bench(torch, r.reps, r.warmup)
+    out = _Output(torch, r, r.pad_n, inputs.x.dtype)
+    timed: list[tuple[Knobs, Timing, float, Callable[[], None]]] = []
+    failures: list[str] = []
+    launches = _Launches(torch, lib, r, inputs, r.pad_n, r.pad_k)
+
     def checked(call: Callable[[], None], view: Any) -> float:
-        # Run twice before checking: a stale stream-K workspace shows only on a second launch.
-        view.fill_(float("nan"))
-        call()
-        call()
-        torch.cuda.synchronize()
-        return _rel_error(torch, view, ref)
+        return _checked(torch, call, view, ref)
 
     try:
         for knobs in r.knobs:
             try:
-                call = bound_call(knobs, r.input == "padded", out.buffer, r.output == "padded")
+                call = launches.bind(knobs, r.input == "padded", out.buffer, r.output == "padded")
                 err = checked(call, out.view)
             except RuntimeError as exc:
                 _raise_if_poisoned(torch, knobs, exc)
@@ -317,10 +355,9 @@ def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | F
                            log="\n".join(failures))
         knobs, _, err, best_call = min(timed, key=lambda t: t[1].median_us)
         timing = bench.time(best_call)
-        io_variants = _io_variants(torch, r, knobs, bound_call, checked, bench, out)
+        io_variants = _io_variants(torch, r, knobs, launches.bind, checked, bench, out)
     finally:
-        for handle in handles:
-            lib.cs_destroy(handle)
+        launches.close()
     baseline = bench.time(lambda: inputs.baseline()) if r.baseline else None
     # torch.mm is what a bias-free layer may call instead of F.linear: a second reference.
     plain = r.baseline and not r.bias and r.activation == "none" and r.input == "contiguous"
@@ -329,6 +366,57 @@ def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | F
     return Measurement(timing=timing, knobs=knobs, rel_error=err, baseline=baseline, mm=mm,
                        variants=tuple((k, t.median_us) for k, t, _, _ in timed), io_variants=io_variants,
                        floors=floors)
+
+
+def _race(torch, r: RaceRequest, state: dict[str, Any]) -> Race:
+    """Each entry's kernel, checked, then timed with cuBLAS in rounds that rotate their order.
+
+    Every timing in a search is a draw, and its best trial is the one the draws favoured most.
+    Timing the close contenders and cuBLAS again, in turn, on the same inputs, compares them
+    under the same clocks and L2 state.
+    """
+    bench = _Bench(torch, r.reps, r.warmup)
+    # Inputs per padding: the same seed draws the same x, W and b. cuBLAS gets the first
+    # kernel's, as in that kernel's trial (a caller's padded x reaches it as a strided view).
+    pads0 = (r.entries[0].pad_n, r.entries[0].pad_k)
+    inputs: dict[tuple[int, int], _Inputs] = {pads0: _Inputs(torch, r, *pads0)}
+    first = inputs[pads0]
+    ref = first.reference()
+    launches: list[_Launches] = []
+    outs: list[_Output] = []  # each kernel writes its own y: alive until the last round
+    calls: list[Callable[[], None] | None] = []
+    errors: list[str | None] = []
+    try:
+        for entry in r.entries:
+            pads = (entry.pad_n, entry.pad_k)
+            held = inputs.get(pads) or inputs.setdefault(pads, _Inputs(torch, r, *pads))
+            out = _Output(torch, r, entry.pad_n, first.x.dtype)
+            outs.append(out)
+            launch = _Launches(torch, _load(entry.library, state), r, held, *pads)
+            launches.append(launch)
+            try:
+                call = launch.bind(entry.knobs, r.input == "padded", out.buffer, r.output == "padded")
+                err = _checked(torch, call, out.view, ref)
+            except RuntimeError as exc:
+                _raise_if_poisoned(torch, entry.knobs, exc)
+                calls.append(None)
+                errors.append(_first_line(exc))
+                continue
+            ok = err < TOLERANCE
+            calls.append(call if ok else None)
+            errors.append(None if ok else f"relative error {err:.3g} over {TOLERANCE}")
+        contenders = [c for c in calls if c is not None] + [lambda: first.baseline()]
+        rounds: list[list[float]] = [[] for _ in contenders]
+        for turn in range(r.rounds):
+            for i in range(len(contenders)):
+                j = (i + turn) % len(contenders)
+                rounds[j].append(bench.time(contenders[j]).median_us)
+    finally:
+        for launch in launches:
+            launch.close()
+    timed = iter(rounds)
+    kernel_us = tuple(tuple(next(timed)) if c is not None else None for c in calls)
+    return Race(kernel_us=kernel_us, cublas_us=tuple(next(timed)), errors=tuple(errors), reps=r.reps)
 
 
 def _floors(torch, bench) -> tuple[tuple[str, Timing], ...]:

@@ -3,7 +3,7 @@
 - `serve(conn, gpu)`: a worker for `WorkerProcess(serve=tests.fakes.serve)` that runs the real
   request loop (`cutsearch.worker.serve_with`) around a handler that touches no GPU. It obeys
   `FakeRequest`s (answer, sleep, raise, exit, segfault, fatal) and answers the real
-  `DeviceInfoRequest` and `MeasureRequest` with made-up but well-formed replies.
+  `DeviceInfoRequest`, `MeasureRequest` and `RaceRequest` with made-up but well-formed replies.
 - `fault_source(fault, tag)`: tests/fault/fault_launcher.cu rendered as a `KernelSource`, so
   the planted faults go through the real `Compiler`.
 - `python -m tests.fakes drive ...`: a whole search through the real tuner, GpuEvaluator,
@@ -28,8 +28,8 @@ from typing import Any
 
 from cutsearch.codegen import KernelSource
 from cutsearch.loader import ABI_VERSION
-from cutsearch.outcome import Measurement, Timing
-from cutsearch.worker import DeviceInfo, DeviceInfoRequest, MeasureRequest, _Fatal, serve_with
+from cutsearch.outcome import Measurement, Race, Timing
+from cutsearch.worker import DeviceInfo, DeviceInfoRequest, MeasureRequest, RaceRequest, _Fatal, serve_with
 
 FAULT_TEMPLATE = Path(__file__).resolve().parent / "fault" / "fault_launcher.cu"
 FAULTS = {"correct": 0, "hang": 1, "illegal_address": 2, "wrong_result": 3, "compile_error": 4, "smem": 5}
@@ -102,6 +102,8 @@ def _handle(request: Any, state: dict[str, Any]) -> Any:
                           memory_bytes=141 * 10**9, driver="fake", torch="none")
     if isinstance(request, MeasureRequest):
         return _fake_measure(request)
+    if isinstance(request, RaceRequest):
+        return _fake_race(request)
     raise TypeError(f"unknown request {type(request).__name__}")
 
 
@@ -110,19 +112,37 @@ def _fake_measure(r: MeasureRequest) -> Measurement:
     markers = os.environ.get(MARKERS_ENV)
     if markers:
         Path(markers, f"measure-{time.time_ns()}-{os.getpid()}").write_text(r.library)
-    lib = ctypes.CDLL(r.library)
-    if lib.cs_abi_version() != ABI_VERSION:
-        raise RuntimeError(f"{r.library} does not export the cutsearch C ABI")
+    _check_library(r.library)
     time.sleep(float(os.environ.get(MEASURE_S_ENV) or 0))
-    epoch = os.environ.get(EPOCH_ENV)
-    if epoch:
-        median = max(1.0, 1000.0 - (time.time() - float(epoch)))
-    else:
-        median = 10.0 + int(hashlib.sha256(r.library.encode()).hexdigest()[:6], 16) % 1000 / 10
+    median = _fake_median_us(r.library)
     timing = Timing(median_us=median, p20_us=median * 0.99, p80_us=median * 1.01, reps=r.reps)
     baseline = Timing(median_us=50.0, p20_us=49.5, p80_us=50.5, reps=r.reps)
     return Measurement(timing=timing, knobs=r.knobs[0], rel_error=1e-4, baseline=baseline,
                        variants=tuple((k, median) for k in r.knobs))
+
+
+def _fake_race(r: RaceRequest) -> Race:
+    """Each library's fake time again, round by round, against 50 µs for cuBLAS."""
+    kernel_us = []
+    for entry in r.entries:
+        _check_library(entry.library)
+        median = _fake_median_us(entry.library)
+        kernel_us.append(tuple(median * (1 + 0.01 * (i % 2)) for i in range(r.rounds)))
+    return Race(kernel_us=tuple(kernel_us), cublas_us=(50.0,) * r.rounds, errors=(None,) * len(r.entries),
+                reps=r.reps)
+
+
+def _check_library(path: str) -> None:
+    lib = ctypes.CDLL(path)
+    if lib.cs_abi_version() != ABI_VERSION:
+        raise RuntimeError(f"{path} does not export the cutsearch C ABI")
+
+
+def _fake_median_us(library: str) -> float:
+    epoch = os.environ.get(EPOCH_ENV)
+    if epoch:
+        return max(1.0, 1000.0 - (time.time() - float(epoch)))
+    return 10.0 + int(hashlib.sha256(library.encode()).hexdigest()[:6], 16) % 1000 / 10
 
 
 # ---- the search driver of the kill-and-resume tests ---------------------------------------------

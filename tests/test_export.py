@@ -11,18 +11,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import time
 from pathlib import Path
 
+import optuna
 import pytest
 
 import cutsearch
 from cutsearch import codegen
 from cutsearch.errors import UserError
 from cutsearch.evaluator import GpuEvaluator
-from cutsearch.export import HEADER, LIBRARY, export
+from cutsearch.export import HEADER, LIBRARY, _fallback_export, _write, export
 from cutsearch.pool import WorkerProcess
+from cutsearch.storage import open_storage
 from cutsearch.workspace import Workspace
 from tests import fakes
 
@@ -146,3 +149,48 @@ def test_the_export_judges_the_kernel_from_the_study_not_from_a_stale_best_direc
     target = export("slow", out=tmp_path / "export", workspace=ws)
     exported = json.loads((target / "meta.json").read_text())
     assert exported["backend"] == "cublas" and reason in exported["fallback_reason"]
+
+
+@pytest.mark.parametrize("outcome", ["lost", "failed"])
+def test_the_export_follows_the_race_that_ended_the_search(tmp_path, monkeypatch, outcome):
+    """A kernel whose trials beat cuBLAS but whose race did not (or that failed its check in the
+    race) ships the fallback; the race's own figures go into the export."""
+    ws = _study(tmp_path, "fast", speedup_high=True, monkeypatch=monkeypatch)
+    study = optuna.load_study(study_name="fast", storage=open_storage(ws.storage_url("fast", None)))
+    race = study.user_attrs["race"]
+    meta = json.loads((ws.best_dir("fast") / "meta.json").read_text())
+    assert meta["trial"] in race["trials"] and meta["speedup"] > 1
+    won = export("fast", out=tmp_path / "won", workspace=ws)
+    shipped = json.loads((won / "meta.json").read_text())
+    assert shipped["backend"] == "cutlass" and "race of" in shipped["verdict"]
+    assert shipped["cublas_us"] == statistics.median(race["cublas_us"])
+    at = race["trials"].index(meta["trial"])
+    assert shipped["kernel_us"] == statistics.median(race["kernel_us"][at])
+    # The same study after a race that went the other way (planted figures).
+    if outcome == "lost":
+        race["kernel_us"] = [[10 * c for c in race["cublas_us"]] if us else us for us in race["kernel_us"]]
+        reason = "ran at 0.10x cuBLAS (a race of"
+    else:
+        race["kernel_us"][at] = None
+        reason = "did not pass the race"
+    study.set_user_attr("race", race)
+    target = export("fast", out=tmp_path / "export", workspace=ws)
+    exported = json.loads((target / "meta.json").read_text())
+    assert exported["backend"] == "cublas" and reason in exported["fallback_reason"]
+
+
+@pytest.mark.parametrize(("activation", "output", "via_library"), [
+    ("relu", "contiguous", True), ("gelu", "contiguous", False), ("none", "contiguous", False),
+    ("relu", "transposed", False)])
+def test_the_loaded_fallback_calls_its_library_where_cublaslt_fuses_the_activation(tmp_path, activation, output,
+                                                                                     via_library):
+    """cuBLASLt fuses bias and ReLU into the GEMM, where F.linear runs ReLU as a second kernel.
+    Where the toolkit lacks cuBLAS's headers, the library is not built and torch runs every call."""
+    layer = cutsearch.Layer(m=8, n=64, k=64, bias=True, activation=activation, output=output)
+    files, body = _fallback_export(layer, "no kernel was searched", None)
+    target = _write(tmp_path / "export", files, body, layer=layer, study="fallback", summary=None)
+    meta = json.loads((target / "meta.json").read_text())
+    built = LIBRARY in meta["files"]
+    assert built or "cublasLt.h" in meta["note"]
+    fc = cutsearch.load(target)
+    assert fc.backend == "cublas" and (fc.via == LIBRARY) is (via_library and built), fc

@@ -103,3 +103,28 @@ def test_the_python_fallback_writes_into_out_and_matches_f_linear(name):
     want = _reference(layer, x, w, b)
     err = float(torch.linalg.norm(view.double() - want) / torch.linalg.norm(want))
     assert err < 1e-2, (name, err)
+
+
+@pytest.mark.parametrize("name", ["f16, bias, ReLU", "f16, bias, GELU", "f16, bias, y^T",
+                                  "f16, bias, padded x and y"])
+def test_the_loaded_fallback_computes_the_layer(tmp_path, name):
+    """`cutsearch.load` of a fallback export: through its C library where cuBLASLt fuses the
+    activation (ReLU), through torch elsewhere; with and without `out`."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import cutsearch
+    from cutsearch.export import LIBRARY, _fallback_export, _write
+
+    layer = LAYERS[name]
+    files, body = _fallback_export(layer, "no kernel was searched", None)
+    fc = cutsearch.load(_write(tmp_path / "export", files, body, layer=layer, study="fallback", summary=None))
+    assert (fc.via == LIBRARY) is (layer.activation == "relu"), fc
+    x, w, b = _inputs(layer)
+    fc.prepare(w, b)
+    want = _reference(layer, x, w, b)
+    out = torch.full(layer.y_shape, float("nan"), dtype=x.dtype, device="cuda")
+    for y in (fc(x), fc(x, out=out), fc(x)):  # the second call on the same pointers binds nothing new
+        got = _as_layer_output(layer, y).double()
+        err = float(torch.linalg.norm(got - want) / torch.linalg.norm(want))
+        assert err < 1e-2, (name, err)
+    assert fc(x, out=out) is out

@@ -17,11 +17,11 @@ import pytest
 from cutsearch.cache import Cache
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
 from cutsearch.loader import ABI_VERSION
-from cutsearch.outcome import Failure, FailureKind, Measurement
+from cutsearch.outcome import Failure, FailureKind, Measurement, Race
 from cutsearch.pool import WorkerProcess
 from cutsearch.problem import Layer
 from cutsearch.space import Knobs, Space
-from cutsearch.worker import DeviceInfo, DeviceInfoRequest, MeasureRequest
+from cutsearch.worker import DeviceInfo, DeviceInfoRequest, MeasureRequest, RaceEntry, RaceRequest
 from tests.fakes import FAULTS, fault_source
 
 HANG_TIMEOUT_S = 15.0
@@ -126,6 +126,21 @@ def test_fault_costs_one_candidate_and_the_next_one_measures(worker, built, faul
     measure_correct(worker, built)
     if not survives:
         assert worker.pid != pid
+
+
+@pytest.mark.gpu
+def test_a_race_times_each_correct_kernel_and_cublas_every_round_and_checks_them_first(worker, built):
+    entry = RaceEntry(library=str(built["correct"].library), pad_n=LAYER.n, pad_k=LAYER.k, knobs=Knobs(raster=1))
+    wrong = dataclasses.replace(entry, library=str(built["wrong_result"].library))
+    race = worker.call(RaceRequest(entries=(entry, wrong, entry), m=LAYER.m, n=LAYER.n, k=LAYER.k, dtype="f16",
+                                   bias=True, activation="none", rounds=3, reps=5, warmup=1),
+                       timeout_s=START_TIMEOUT_S)
+    assert isinstance(race, Race), race
+    assert race.kernel_us[1] is None and "relative error" in race.errors[1]
+    assert race.errors[0] is None and race.errors[2] is None
+    for rounds in (race.kernel_us[0], race.kernel_us[2], race.cublas_us):
+        assert len(rounds) == 3 and all(0 < us < 1e4 for us in rounds)
+    measure_correct(worker, built)  # the worker serves on
 
 
 @pytest.mark.gpu

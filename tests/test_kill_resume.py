@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 from cutsearch import persist
 from cutsearch.cache import MANIFEST
 from cutsearch.compiler import Toolchain
+from cutsearch.search import contenders, judge, records
 from tests.fakes import EPOCH_ENV, MARKERS_ENV, MEASURE_S_ENV, PERSIST_PAUSED
 
 pytestmark = pytest.mark.nvcc
@@ -105,13 +106,15 @@ class Run:
 
     # ---- what is on disk ----
 
+    def study(self) -> optuna.Study:
+        storage = JournalStorage(JournalFileBackend(str(self.studies / STUDY / "journal.log")))
+        return optuna.load_study(study_name=STUDY, storage=storage)
+
     def trials(self) -> list[optuna.trial.FrozenTrial]:
-        journal = self.studies / STUDY / "journal.log"
-        if not journal.exists():
+        if not (self.studies / STUDY / "journal.log").exists():
             return []
-        storage = JournalStorage(JournalFileBackend(str(journal)))
         try:
-            return optuna.load_study(study_name=STUDY, storage=storage).get_trials(deepcopy=False)
+            return self.study().get_trials(deepcopy=False)
         except KeyError:
             return []
 
@@ -189,11 +192,13 @@ def test_sigkill_while_compiling_measuring_and_persisting_loses_nothing(tmp_path
     (run.markers / PERSIST_PAUSED).unlink()
     assert not run.best_dir.exists() and list(run.best_dir.parent.glob(".best.old-*"))
     snapshot("persisting")
-    # A resume with nothing left to run puts the best the killed run had told in place.
+    # A resume with nothing left to run puts the study's best in place, as its race judges it:
+    # the race's contenders include what the killed run had told.
     run.start(trials=1)
     run.finish()
-    told = [t for t in run.trials() if t.state == TrialState.COMPLETE]
-    assert persist.verify_dir(run.best_dir)["trial"] == min(told, key=lambda t: t.value).number
+    study = run.study()
+    assert study.user_attrs["race"]["trials"] == [c.number for c in contenders(records(study))]
+    assert persist.verify_dir(run.best_dir)["trial"] == judge(records(study), study.user_attrs["race"]).best.number
     assert not [p.name for p in run.best_dir.parent.glob(".best*") if p.name != LOCK]
 
     # 4. At random moments.
@@ -242,8 +247,10 @@ def test_sigkill_while_compiling_measuring_and_persisting_loses_nothing(tmp_path
     # A killed build leaves at most its private staging directory (swept after an hour).
     assert len(run.staging()) <= interrupted_builds
 
-    # The best directory and the results describe the study's best trial.
-    study_best = min((t for t in final if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    # The best directory and the results describe the study's best trial, as its race judges it.
+    study = run.study()
+    study_best = judge(records(study), study.user_attrs["race"]).best
+    assert study.user_attrs["race"]["trials"] == [c.number for c in contenders(records(study))]
     meta = persist.verify_dir(run.best_dir)
     assert meta["trial"] == study_best.number
     assert not [p.name for p in run.best_dir.parent.glob(".best*") if p.name != LOCK]

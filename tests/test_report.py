@@ -84,7 +84,7 @@ def test_report_shows_failures_by_kind_with_their_message(tmp_path):
 
 def test_a_failures_only_study_reports_no_completed_trial(tmp_path):
     page = build_report("failing", storage=failing_study(tmp_path / "j.log"), out=tmp_path / "r.html").read_text()
-    assert "No completed trial in failing" in page
+    assert "No kernel to ship in failing" in page
     assert "<td>compile_error</td><td>3</td>" in page
     assert "no instance of the collective" in page
     assert "lines left out" in page  # the log is trimmed
@@ -94,7 +94,7 @@ def test_a_failures_only_study_reports_no_completed_trial(tmp_path):
 
 def test_an_empty_study_reports_no_completed_trial(tmp_path):
     page = build_report("empty", storage=empty_study(tmp_path / "j.log"), out=tmp_path / "r.html").read_text()
-    assert "No completed trial in empty" in page
+    assert "No kernel to ship in empty" in page
     assert "plotly-graph-div" not in page
 
 

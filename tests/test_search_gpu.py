@@ -117,11 +117,14 @@ def test_gpu_search_keeps_a_best_kernel_that_computes_the_layer(layer, trials, p
     assert summary["best_us"] == result.best.median_us
     assert summary["speedup"] == pytest.approx(result.cublas_us / result.best.median_us)
     assert summary["toolchain"]["nvcc"] and summary["toolchain"]["cutlass"]
+    # The search ended with a race of its fastest kernels and cuBLAS, and the race decided.
+    assert "race of" in result.basis and summary["verdict"] == result.basis
 
     best = studies / study / "best"
     meta = persist.verify_dir(best)
     assert {"kernel.so", "kernel.cu"} <= set(meta["files"])
     assert meta["config"] == result.best.config.to_dict()
+    assert meta["trial"] == result.best.number and meta["kernel_us"] == result.best.median_us
     kp = kernel_problem(layer, result.best.config)
     assert meta["transforms"] == {"swap_ab": result.best.config.swap_ab, "pad_n": kp.pad_n, "pad_k": kp.pad_k}
     assert meta["knobs"] == result.best.evaluation["measurement"]["knobs"]

@@ -4,8 +4,9 @@ activation), cold L2, median of 30 a round.
     python studies/scripts/fallback_bench.py OUT.json [--layers LAYERS.toml] [--rounds R]
 
 For each layer (the five below, or those of a layer file): the C ABI library
-(templates/cublas_fallback.cu, as `cutsearch export` builds it), the Python loader's fallback
-writing into the caller's `out`, and F.linear, on the same inputs, each checked against float64
+(templates/cublas_fallback.cu, as `cutsearch export` builds it), the fallback export loaded by
+`cutsearch.load` and called with the caller's `out` (through that library for ReLU layers, where
+cuBLASLt fuses it, else through torch), and F.linear, on the same inputs, each checked against float64
 first. With R rounds the three are timed in turn R times, each round in another order, so that
 a drift of the GPU's speed falls on all three; each timing is then the median of the rounds'
 medians, and each round's medians are kept.
@@ -22,11 +23,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import cutsearch
 from cutsearch.abi import io_flags, open_library
 from cutsearch.cache import Cache
 from cutsearch.codegen import cutlass_version, render_fallback
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
-from cutsearch.loader import _TorchOps
+from cutsearch.export import _fallback_export, _write
 from cutsearch.problem import Layer, load_layers
 from cold_l2 import save, timed as cold
 
@@ -64,16 +66,20 @@ def main(out: Path, layers: dict[str, Layer], rounds: int, command: str) -> None
         def c_abi():
             assert lib.cs_run(handle, stream) == 0
 
-        ops = _TorchOps(torch)
+        # The Python fallback as an application gets it: the export loaded by cutsearch.load.
+        files, body = _fallback_export(layer, "benchmark", None)
+        fc = cutsearch.load(_write(Path(tempfile.mkdtemp()) / name, files, body, layer=layer, study=name,
+                                   summary=None)).prepare(w, b)
         calls = {"C ABI fallback": c_abi,
-                 "Python fallback into out": lambda: ops.linear(x, w, b, layer.activation, y),
+                 "Python fallback into out": lambda: fc(x, out=y),
                  "F.linear": lambda: act(F.linear(x, w, b))}
-        record = {"name": name, **layer.to_dict(), "timings": {}, "rel_error": {}, "rounds": []}
+        record = {"name": name, **layer.to_dict(), "python_fallback_via": fc.via, "timings": {}, "rel_error": {},
+                  "rounds": []}
         for label, call in calls.items():
             y.fill_(float("nan"))
             got = call()
             torch.cuda.synchronize()
-            got = y if got is None or label != "F.linear" else got
+            got = y if label != "F.linear" else got
             err = float(torch.linalg.norm(got.double() - want) / torch.linalg.norm(want))
             assert err < 1e-2, (name, label, err)
             record["rel_error"][label] = err

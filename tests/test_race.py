@@ -1,0 +1,145 @@
+"""The race that ends a search: its contenders, and how it decides the verdict.
+
+The trial records are made up for these tests, and so are the race times planted in the racing
+evaluator. The search tests replay studies/recorded/h200-2026-12-01-random/random1.json, a search
+measured on one H200; nothing here is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from cutsearch import model
+from cutsearch.evaluator import ReplayEvaluator
+from cutsearch.outcome import Failure, FailureKind, Race
+from cutsearch.problem import Layer
+from cutsearch.search import TrialRecord, contenders, judge, search
+from cutsearch.space import Config, Space
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDING = ROOT / "studies" / "recorded" / "h200-2026-12-01-random" / "random1.json"
+LAYER = Layer(m=8, n=382, k=6301, bias=True, activation="relu")
+
+
+def _config(tile_n: int) -> Config:
+    return Config(tile_m=128, tile_n=tile_n, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="tma")
+
+
+def _record(number: int, median_us: float, tile_n: int, cublas_us: float = 20.0) -> TrialRecord:
+    return TrialRecord(number=number, config=_config(tile_n), median_us=median_us, cublas_us=cublas_us,
+                       failure_kind=None, evaluation={})
+
+
+def _race(trials: list[TrialRecord], kernel_us: list[list[float] | None], cublas_us: list[float]) -> dict:
+    return {"trials": [t.number for t in trials], "configs": [t.config.key for t in trials],
+            "kernel_us": kernel_us, "cublas_us": cublas_us, "errors": [None if k else "wrong" for k in kernel_us],
+            "reps": 30}
+
+
+RECORDS = [_record(0, 9.0, 16), _record(1, 9.5, 32), _record(2, 12.0, 64), _record(3, 9.0, 16),
+           _record(4, 10.0, 128), _record(5, 10.1, 192), _record(6, 10.2, 256)]
+
+
+def test_the_contenders_are_the_fastest_configs_once_each_within_the_margin():
+    # Trial 3 repeats trial 0's config; 12.0 µs is over 1.25 x 9.0; the race takes four.
+    assert [r.number for r in contenders(RECORDS)] == [0, 1, 4, 5]
+
+
+def test_the_race_decides_the_kernel_and_the_cublas_time():
+    field = contenders(RECORDS)
+    race = _race(field, [[9.9, 9.8, 9.9], [9.4, 9.6, 9.5], [11.0, 11.0, 11.0], [10.5, 10.4, 10.6]],
+                 [10.0, 10.2, 10.1])
+    verdict = judge(RECORDS, race)
+    assert verdict.best.number == 1 and verdict.best.median_us == 9.5  # not trial 0, the fastest trial
+    assert verdict.cublas_us == 10.1 and verdict.speedup == pytest.approx(10.1 / 9.5)
+    assert verdict.raced_us == {0: 9.9, 1: 9.5, 4: 11.0, 5: 10.5}
+    assert "race of 4 kernels" in verdict.basis
+
+
+def test_a_race_of_other_contenders_is_ignored():
+    race = _race(contenders(RECORDS), [[9.9], [9.4], [11.0], [10.5]], [10.0])
+    faster = [*RECORDS, _record(7, 8.0, 96)]  # told after the race: a new contender
+    verdict = judge(faster, race)
+    assert verdict.raced_us is None and verdict.best.number == 7
+    assert verdict.cublas_us == 20.0 and "median of the study's runs" in verdict.basis
+    assert judge(RECORDS, None).best.number == 0
+
+
+def test_a_contender_that_fails_its_check_in_the_race_cannot_win():
+    field = contenders(RECORDS)
+    race = _race(field, [None, [9.6], [11.0], None], [10.0])
+    verdict = judge(RECORDS, race)
+    assert verdict.best.number == 1 and verdict.raced_us == {1: 9.6, 4: 11.0}
+    nobody = judge(RECORDS, _race(field, [None] * 4, [10.0]))
+    assert nobody.best is None and nobody.raced_us == {} and nobody.speedup is None
+    assert "every contender failed" in nobody.basis
+
+
+class RacingReplay(ReplayEvaluator):
+    """The recording's trials, and planted race times: `race_us(config_key) -> rounds`."""
+
+    def __init__(self, race_us, cublas_us: list[float] | None, **kwargs) -> None:
+        super().__init__(ReplayEvaluator.load(RECORDING, LAYER).recording, **kwargs)
+        self.race_us, self.cublas_us, self.raced = race_us, cublas_us, []
+
+    def race(self, layer, field, rounds):
+        self.raced.append([c.key for c, _ in field])
+        if self.cublas_us is None:
+            return Failure(kind=FailureKind.CRASH, message="the GPU worker died (exit code -9)")
+        return Race(kernel_us=tuple(tuple(self.race_us(c.key)[:rounds]) for c, _ in field),
+                    cublas_us=tuple(self.cublas_us[:rounds]), errors=(None,) * len(field), reps=30)
+
+
+def _search(tmp_path: Path, evaluator, monkeypatch, events=None):
+    recorded = evaluator.recording
+    ranked = model.rank
+    # The model's order, with the recorded configs first: the replay then measures all of them.
+    monkeypatch.setattr(model, "rank", lambda layer, configs, coeff=model.DEFAULT: sorted(
+        ranked(layer, configs, coeff), key=lambda tc: tc[1].key not in recorded))
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "journal.log")))
+    return search(LAYER, evaluator=evaluator, storage=storage, study_name="random1", trials=len(recorded),
+                  sampler="model", batch=len(recorded), space=Space(LAYER), events=events), storage
+
+
+def _recorded_order() -> list[str]:
+    evs = [e for e in json.loads(RECORDING.read_text())["evaluations"] if e.get("measurement")]
+    evs.sort(key=lambda e: e["measurement"]["timing"]["median_us"])
+    return [Config.from_dict(e["config"]).key for e in evs]
+
+
+def test_the_search_ends_with_a_race_that_decides_its_result(tmp_path, monkeypatch):
+    order = _recorded_order()
+    # Planted: the second-fastest recorded config wins the race, and cuBLAS beats it.
+    evaluator = RacingReplay(lambda key: [15.0 if key == order[1] else 25.0] * 5, [14.0, 14.5, 14.2, 14.8, 14.1])
+    events = []
+    result, storage = _search(tmp_path, evaluator, monkeypatch, events=lambda name, data: events.append(name))
+    assert len(evaluator.raced) == 1 and evaluator.raced[0][0] == order[0] and order[1] in evaluator.raced[0]
+    assert result.best.config.key == order[1] and result.best.median_us == 15.0
+    assert result.cublas_us == 14.2 and result.speedup < 1.0 and "race" in result.basis
+    assert events[-2:] == ["racing", "raced"]
+    # Resumed with nothing left to run: the race stands, and is not run again.
+    again, _ = _search(tmp_path, evaluator, monkeypatch)
+    assert len(evaluator.raced) == 1 and again.best.number == result.best.number and again.cublas_us == 14.2
+
+
+def test_a_failed_race_leaves_the_verdict_to_the_trials(tmp_path, monkeypatch):
+    evaluator = RacingReplay(lambda key: [], None)
+    events = []
+    result, _ = _search(tmp_path, evaluator, monkeypatch, events=lambda name, data: events.append((name, data)))
+    assert len(evaluator.raced) == 1 and events[-1][0] == "race failed" and "died" in events[-1][1]["message"]
+    assert result.best.config.key == _recorded_order()[0] and "race" not in result.basis
+    # As tests/test_verdict.py: the trials' own rule, the median of the study's cuBLAS timings.
+    evs = [e for e in json.loads(RECORDING.read_text())["evaluations"] if e.get("measurement")]
+    assert result.cublas_us == statistics.median(e["measurement"]["baseline"]["median_us"] for e in evs)
+
+
+def test_an_evaluator_that_cannot_race_is_judged_by_its_trials(tmp_path, monkeypatch):
+    result, storage = _search(tmp_path, ReplayEvaluator.load(RECORDING, LAYER), monkeypatch)
+    assert "race" not in result.basis and result.best.config.key == _recorded_order()[0]
+

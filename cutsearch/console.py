@@ -93,8 +93,13 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
     table.add_row("best kernel", _us(s["best_us"]))
     table.add_row("cuBLAS (F.linear)", _us(s["cublas_us"]))
     table.add_row("speedup", "-" if s["speedup"] is None else f"{s['speedup']:.2f}x")
+    if s.get("fallback_us"):
+        table.add_row("cuBLASLt, ReLU fused", f"{_us(s['fallback_us'])}" + (
+            f" ({s['cublas_us'] / s['fallback_us']:.2f}x; the export's fallback library)" if s.get("cublas_us") else ""))
     if s.get("verdict"):
         table.add_row("judged by", s["verdict"])
+    if s.get("ships"):
+        table.add_row("the export ships", s["ships"])
     # The same kernel with the caller's buffers already padded: what the per-call copies cost.
     for name, us in ((s.get("best") or {}).get("io_variants_us") or {}).items():
         table.add_row(f"  with {name}" if name != "kernel only" else "  with x and y padded",
@@ -177,6 +182,8 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
                     f"{_us(best.median_us)} (trial {best.number})")
     summary.add_row("cuBLAS (F.linear)", "-" if d.cublas_us is None else f"{_us(d.cublas_us)} ({d.cublas_basis})")
     summary.add_row("speedup", "-" if d.speedup is None else f"{d.speedup:.2f}x")
+    if d.verdict.fallback_us:
+        summary.add_row("cuBLASLt, ReLU fused", f"{_us(d.verdict.fallback_us)} in the race (the fallback's library)")
     summary.add_row("roofline floor", f"{d.layer.floor_us:.1f} µs" + (
         "" if d.fraction_of_floor is None else f" ({100 * d.fraction_of_floor:.0f}% reached)"))
     summary.add_row("trials", f"{d.trials} ({len(d.measured)} completed, {len(d.failed)} failed"
@@ -191,7 +198,10 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
         console.print(f"[yellow]no kernel to ship in {study}: {why}[/]")
     if d.note:
         console.print(f"[yellow]{d.note}[/]")
-    if d.speedup is not None and d.speedup < 1:
+    if d.verdict.fallback_wins:
+        console.print(f"[yellow]cuBLASLt with the ReLU fused ({_us(d.verdict.fallback_us)}) won the race: "
+                      "an export will call the fallback's library[/]")
+    elif d.speedup is not None and d.speedup < 1:
         console.print("[yellow]cuBLAS is faster for this layer: an export will call cuBLAS instead[/]")
 
 

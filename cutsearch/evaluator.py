@@ -140,7 +140,10 @@ class GpuEvaluator:
 
     def race(self, layer: Layer, contenders: list[tuple[Config, Knobs]], rounds: int) -> Race | Failure:
         """Time built kernels (each with its trial's run-time arguments) and cuBLAS again, in
-        interleaved rounds. The kernels come from the cache; one missing there is built again."""
+        interleaved rounds. The kernels come from the cache; one missing there is built again.
+
+        Where the export's cuBLAS fallback fuses the layer's activation, its library races too
+        (for the plain layouts, the ones its race entry lays out): it may beat both."""
         from cutsearch import codegen
         from cutsearch.worker import RaceEntry, RaceRequest
 
@@ -149,6 +152,9 @@ class GpuEvaluator:
             sources = [(i, codegen.render(layer, config)) for i, (config, _) in enumerate(contenders)]
         except codegen.CodegenError as exc:
             return Failure(kind=FailureKind.INVALID, message=str(exc)[:300], log=str(exc))
+        with_fallback = layer.fallback_fuses_activation and layer.input == layer.output == "contiguous"
+        if with_fallback:
+            sources.append(("fallback", codegen.render_fallback(layer)))
         built = dict(self.compiler.compile_many(sources))
         entries = []
         for i, (config, knobs) in enumerate(contenders):
@@ -156,8 +162,17 @@ class GpuEvaluator:
                 return built[i]
             kp = kernel_problem(layer, config)
             entries.append(RaceEntry(library=str(built[i].library), pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs))
+        fallback = built.get("fallback")
+        if isinstance(fallback, Failure):  # a toolkit without cuBLAS's headers: race the kernels alone
+            log.warning("the cuBLAS fallback was not built, so it does not race: %s", fallback.message)
+        elif fallback is not None:
+            entries.append(RaceEntry(library=str(fallback.library), pad_n=layer.n, pad_k=layer.k, knobs=Knobs()))
         request = RaceRequest(**_layer_args(layer), entries=tuple(entries), rounds=rounds, seed=len(entries) + 1000)
-        return self.worker.call(request, timeout_s=self.measure_timeout_s * rounds)
+        race = self.worker.call(request, timeout_s=self.measure_timeout_s * rounds)
+        if not isinstance(race, Race) or len(entries) == len(contenders):
+            return race
+        return dataclasses.replace(race, kernel_us=race.kernel_us[:-1], errors=race.errors[:-1],
+                                   fallback_us=race.kernel_us[-1])
 
     def close(self) -> None:
         self.worker.close()

@@ -37,7 +37,7 @@ def export(study: str, *, out: Path | None = None, storage: str | None = None, w
     with persist.locked(best):  # a search of the study may replace best/ meanwhile
         meta = persist.verify_dir(best) if best.exists() else None
         judged, reason = _judge(study, ws.storage_url(study, storage), meta)
-        if judged is not None and judged["speedup"] >= 1.0:
+        if judged is not None and judged["speedup"] >= 1.0 and "fallback_us" not in judged:
             files, body = _kernel_export(layer, best, {**meta, **judged}, reason)
         else:
             files, body = _fallback_export(layer, reason, judged or meta)
@@ -73,6 +73,12 @@ def _judge(study: str, url: str, meta: dict[str, Any] | None) -> tuple[dict[str,
     if held is None:
         return None, "the persisted kernel is no measured trial of this study"
     verdict = judge(trials, loaded.user_attrs.get("race"))
+    if verdict.fallback_wins:
+        us = verdict.fallback_us
+        return ({"cublas_us": verdict.cublas_us, "fallback_us": us, "speedup": verdict.cublas_us / us},
+                f"cuBLASLt with the bias and ReLU fused (this fallback's library) took {us:.1f} µs in the race, "
+                f"against {verdict.cublas_us:.1f} µs for F.linear and "
+                + (f"{verdict.best.median_us:.1f} µs for the best kernel" if verdict.best else "no correct kernel"))
     if verdict.raced_us is not None:
         kernel_us = verdict.raced_us.get(held.number)
         if kernel_us is None:
@@ -152,7 +158,8 @@ def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any], verdict: str)
 
 
 def _fallback_export(layer: Layer, reason: str, judged: dict[str, Any] | None) -> tuple[dict, dict]:
-    """`judged`: the best kernel's figures, as judged now or else as persisted."""
+    """`judged`: the best kernel's figures, as judged now or else as persisted; or the fallback's,
+    where its fused cuBLASLt call won the race (then `speedup` is the fallback's, as raced)."""
     source = codegen.render_fallback(layer)
     files: dict[str, Any] = _common_files(layer, backend="cublas", header=_header(
         layer, kernel_name="cublas_fallback", pad_n=layer.n, pad_k=layer.k, knobs={}))
@@ -163,10 +170,12 @@ def _fallback_export(layer: Layer, reason: str, judged: dict[str, Any] | None) -
         files[LIBRARY] = built
     else:
         note = f"the C library was not built here ({problem}): build it with CMakeLists.txt; Python calls torch"
+    fused = (judged or {}).get("fallback_us")
     body = {"backend": "cublas", "arch": None, "fallback_reason": f"{reason}: this export calls cuBLAS",
             "transforms": {"swap_ab": False, "pad_n": layer.n, "pad_k": layer.k}, "config": None, "knobs": {},
-            "timing_us": None, "cublas_us": (judged or {}).get("cublas_us"), "speedup": 1.0,
-            "best_kernel_speedup": (judged or {}).get("speedup"), "note": note}
+            "timing_us": None, "cublas_us": (judged or {}).get("cublas_us"), "note": note,
+            **({"fallback_us": fused, "speedup": judged["speedup"]} if fused and built is not None else
+               {"speedup": 1.0, "best_kernel_speedup": (judged or {}).get("speedup")})}
     return files, body
 
 

@@ -111,11 +111,10 @@ class FcLayer:
 
     def _calls_library(self) -> bool:
         """Whether calls go through the exported C library, not torch: always for a kernel; for
-        the cuBLAS fallback where cuBLASLt fuses the activation into the GEMM (ReLU, into y, not
-        y^T), which F.linear runs as a second kernel. Measured on an H200, 8x382x6301 f16 with
-        bias and ReLU: 14.9 µs against 18.8 µs for F.linear (studies/recorded/h200-2026-12-01-random/
-        fallback-random.json); elsewhere the two were within noise."""
-        return self.backend == "cutlass" or (self.activation == "relu" and self.spec.output != "transposed")
+        the cuBLAS fallback where its cuBLASLt call fuses the activation. Measured on an H200,
+        8x382x6301 f16 with bias and ReLU: 15.2 µs against 19.3 µs for F.linear
+        (studies/recorded/h200-2026-12-02-race/fallback-relu.json); elsewhere within noise."""
+        return self.backend == "cutlass" or self.spec.fallback_fuses_activation
 
     def __repr__(self) -> str:
         return (f"FcLayer({self.m}x{self.n}x{self.k} {self.meta['layer']['dtype']}, backend={self.backend}, "

@@ -107,3 +107,5 @@ class Race:
     cublas_us: tuple[float, ...]
     errors: tuple[str | None, ...]
     reps: int
+    # The export's cuBLAS fallback library, where it fuses the activation (Layer.fallback_fuses_activation).
+    fallback_us: tuple[float, ...] | None = None

@@ -108,6 +108,13 @@ class Layer:
             return (self.n, self.m)
         return (self.m, pad_to(self.n, self.vector) if self.output == "padded" else self.n)
 
+    @property
+    def fallback_fuses_activation(self) -> bool:
+        """Whether the cuBLAS fallback's library (templates/cublas_fallback.cu) fuses the
+        activation into cuBLASLt's GEMM, where F.linear runs it as a second kernel: ReLU, into y
+        (cuBLASLt's epilogue works along y's rows, not y^T's)."""
+        return self.activation == "relu" and self.output != "transposed"
+
     def to_dict(self) -> dict[str, Any]:
         data = {"M": self.m, "N": self.n, "K": self.k, "dtype": self.dtype, "bias": self.bias,
                 "activation": self.activation}

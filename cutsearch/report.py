@@ -402,6 +402,8 @@ def _header(d: Digest) -> str:
     rows += [
         (CUBLAS, f"{d.cublas_us:.1f} µs ({d.cublas_basis})" if d.cublas_us else "-"),
         ("speedup", speedup),
+        *([("cuBLASLt, ReLU fused", f"{d.verdict.fallback_us:.1f} µs in the race (the fallback's library)"
+            + ("; the export ships it" if d.verdict.fallback_wins else ""))] if d.verdict.fallback_us else []),
         ("roofline floor", f"{layer.floor_us:.1f} µs" + (f", {100 * d.fraction_of_floor:.0f}% reached"
                                                            if d.fraction_of_floor else "")),
         ("trials", f"{d.trials} ({len(d.measured)} completed, {len(d.failed)} failed"

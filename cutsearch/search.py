@@ -97,18 +97,32 @@ class Verdict:
 
     `best` carries its times as judged: from the race where one stands, else its own trial's.
     `raced_us` holds the race's median of each raced trial that passed its check there (None:
-    no race stands).
+    no race stands). `fallback_us` is the race's median of the export's cuBLAS fallback, where
+    that library fuses the activation and raced.
     """
 
     best: TrialRecord | None
     cublas_us: float | None
     basis: str
     raced_us: dict[int, float] | None = None
+    fallback_us: float | None = None
 
     @property
     def speedup(self) -> float | None:
+        """The best kernel's."""
         best = self.best
         return self.cublas_us / best.median_us if best and best.median_us and self.cublas_us else None
+
+    @property
+    def fallback_wins(self) -> bool:
+        return fallback_wins(self.best.median_us if self.best else None, self.cublas_us, self.fallback_us)
+
+
+def fallback_wins(kernel_us: float | None, cublas_us: float | None, fallback_us: float | None) -> bool:
+    """Whether the fallback's library, its cuBLASLt call fusing the activation, beat both the best
+    kernel and F.linear in the race: the export then ships it."""
+    return (fallback_us is not None and cublas_us is not None and fallback_us < cublas_us
+            and (kernel_us is None or fallback_us < kernel_us))
 
 
 def contenders(measured: Iterable[TrialRecord], size: int = RACE_SIZE, within: float = RACE_WITHIN,
@@ -141,13 +155,16 @@ def _race_verdict(measured: list[TrialRecord], race: dict[str, Any] | None) -> V
     by_number = {r.number: r for r in measured}
     raced = {n: statistics.median(us) for n, us in zip(race["trials"], race["kernel_us"]) if us}
     cublas_us = statistics.median(race["cublas_us"])
+    fallback_us = statistics.median(race["fallback_us"]) if race.get("fallback_us") else None
     rounds = f"{len(race['cublas_us'])} interleaved rounds"
+    also = " and the fallback's fused cuBLASLt" if fallback_us is not None else ""
     if not raced:
-        return Verdict(best=None, cublas_us=cublas_us, raced_us={}, basis="every contender failed its check in the race")
+        return Verdict(best=None, cublas_us=cublas_us, raced_us={}, fallback_us=fallback_us,
+                       basis=f"every contender failed its check in the race{also}")
     number = min(raced, key=lambda n: (raced[n], n))
     best = dataclasses.replace(by_number[number], median_us=raced[number], cublas_us=cublas_us)
-    return Verdict(best=best, cublas_us=cublas_us, raced_us=raced,
-                   basis=f"a race of {len(race['trials'])} kernels and cuBLAS, {rounds}")
+    return Verdict(best=best, cublas_us=cublas_us, raced_us=raced, fallback_us=fallback_us,
+                   basis=f"a race of {len(race['trials'])} kernels{also} and cuBLAS, {rounds}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -163,11 +180,17 @@ class SearchResult:
     wall_s: float
     source: str  # "measured", "recorded" or "predicted"
     basis: str = ""  # how the verdict was reached (Verdict.basis)
+    fallback_us: float | None = None  # Verdict.fallback_us
 
     @property
     def speedup(self) -> float | None:
+        """The best kernel's."""
         best = self.best
         return self.cublas_us / best.median_us if best and best.median_us and self.cublas_us else None
+
+    @property
+    def fallback_wins(self) -> bool:
+        return fallback_wins(self.best.median_us if self.best else None, self.cublas_us, self.fallback_us)
 
 
 def distributions(space: Space) -> dict[str, CategoricalDistribution]:
@@ -435,7 +458,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     return SearchResult(study_name=study_name, layer=layer, best=verdict.best, cublas_us=verdict.cublas_us,
                         trials=len(finished), new_trials=new_trials, new_compiles=new_compiles,
                         failures=dict(failures), wall_s=time.monotonic() - start, source=evaluator.source,
-                        basis=verdict.basis)
+                        basis=verdict.basis, fallback_us=verdict.fallback_us)
 
 
 def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, events: Events | None) -> None:
@@ -456,11 +479,12 @@ def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, ev
     study.set_user_attr("race", {
         "trials": [c.number for c in field], "configs": [c.config.key for c in field],
         "kernel_us": [list(us) if us else None for us in outcome.kernel_us], "cublas_us": list(outcome.cublas_us),
-        "errors": list(outcome.errors), "reps": outcome.reps})
+        "errors": list(outcome.errors), "reps": outcome.reps,
+        "fallback_us": list(outcome.fallback_us) if outcome.fallback_us else None})
     verdict = judge(records(study), study.user_attrs["race"])
     _emit(events, "raced", median_us=verdict.best.median_us if verdict.best else None, cublas_us=verdict.cublas_us,
           config=verdict.best.config.key if verdict.best else None, kernels=len(field), rounds=rounds,
-          errors=[e for e in outcome.errors if e])
+          errors=[e for e in outcome.errors if e], fallback_us=verdict.fallback_us)
 
 
 def _enqueue_model_order(study: optuna.Study, layer: Layer, space: Space, trials: int) -> None:

@@ -245,6 +245,10 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "floor_with_launch_us": layer.floor_us + best.empty_kernel_us if best and best.empty_kernel_us else None,
         "cublas_wins": result.speedup is not None and result.speedup < 1.0,
         "verdict": result.basis,
+        # The export's cuBLAS fallback, its cuBLASLt call fusing the activation, as raced.
+        "fallback_us": result.fallback_us,
+        "ships": ("the fallback's fused cuBLASLt" if result.fallback_wins else "cuBLAS"
+                  if result.speedup is None or result.speedup < 1.0 else "the best kernel"),
         "trials": result.trials,
         "new_trials": result.new_trials,
         "new_compiles": result.new_compiles,

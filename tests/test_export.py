@@ -34,15 +34,15 @@ pytestmark = pytest.mark.nvcc
 LAYER = cutsearch.Layer(m=64, n=64, k=64)
 
 
-def _study(root: Path, name: str, *, speedup_high: bool, monkeypatch) -> Workspace:
-    """A study of LAYER whose kernels are built for real and measured by the fake worker."""
+def _study(root: Path, name: str, *, speedup_high: bool, monkeypatch, layer: cutsearch.Layer = LAYER) -> Workspace:
+    """A study of `layer` whose kernels are built for real and measured by the fake worker."""
     monkeypatch.setattr(codegen, "render", lambda layer, config: fakes.fault_source("correct", tag=config.key))
     # The fake times a kernel at max(1, 1000 - (now - epoch)) µs against 50 µs for cuBLAS.
     monkeypatch.setenv(fakes.EPOCH_ENV, str(time.time() - (995 if speedup_high else 0)))
     ws = Workspace(root)
     evaluator = GpuEvaluator(cache_dir=root / "kernels", jobs=2, worker=WorkerProcess(serve=fakes.serve))
     try:
-        cutsearch.tune(LAYER, trials=2, study=name, evaluator=evaluator, batch=2, workspace=ws, command="pytest")
+        cutsearch.tune(layer, trials=2, study=name, evaluator=evaluator, batch=2, workspace=ws, command="pytest")
     finally:
         evaluator.close()
     return ws
@@ -194,3 +194,22 @@ def test_the_loaded_fallback_calls_its_library_where_cublaslt_fuses_the_activati
     assert built or "cublasLt.h" in meta["note"]
     fc = cutsearch.load(target)
     assert fc.backend == "cublas" and (fc.via == LIBRARY) is (via_library and built), fc
+
+
+def test_a_fused_fallback_that_won_the_race_is_what_the_export_ships(tmp_path, monkeypatch):
+    """A ReLU layer whose race the fallback's fused cuBLASLt won (planted figures): the export is
+    the fallback, with the race's speedup where its library was built (else torch runs it: 1.00x)."""
+    layer = cutsearch.Layer(m=64, n=64, k=64, bias=True, activation="relu")
+    ws = _study(tmp_path, "relu", speedup_high=True, monkeypatch=monkeypatch, layer=layer)
+    study = optuna.load_study(study_name="relu", storage=open_storage(ws.storage_url("relu", None)))
+    race = study.user_attrs["race"]
+    kernel_us = min(statistics.median(us) for us in race["kernel_us"] if us)
+    study.set_user_attr("race", {**race, "fallback_us": [kernel_us / 2] * len(race["cublas_us"])})
+    target = export("relu", out=tmp_path / "export", workspace=ws)
+    meta = json.loads((target / "meta.json").read_text())
+    assert meta["backend"] == "cublas" and "bias and ReLU fused" in meta["fallback_reason"]
+    if LIBRARY in meta["files"]:
+        assert meta["fallback_us"] == kernel_us / 2
+        assert meta["speedup"] == pytest.approx(statistics.median(race["cublas_us"]) / (kernel_us / 2))
+    else:
+        assert meta["speedup"] == 1.0 and "fallback_us" not in meta

@@ -21,6 +21,8 @@ from cutsearch.outcome import Failure, FailureKind, Race
 from cutsearch.problem import Layer
 from cutsearch.search import TrialRecord, contenders, judge, search
 from cutsearch.space import Config, Space
+from cutsearch.suite import record
+from cutsearch.tuner import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDING = ROOT / "studies" / "recorded" / "h200-2026-12-01-random" / "random1.json"
@@ -81,19 +83,31 @@ def test_a_contender_that_fails_its_check_in_the_race_cannot_win():
     assert "every contender failed" in nobody.basis
 
 
+@pytest.mark.parametrize(("fallback_us", "wins"), [(9.0, True), (9.6, False), (10.2, False), (None, False)])
+def test_the_fused_fallback_ships_only_where_it_beat_the_kernel_and_cublas(fallback_us, wins):
+    field = contenders(RECORDS)
+    race = {**_race(field, [[9.9], [9.5], [11.0], [10.5]], [10.1]),
+            "fallback_us": None if fallback_us is None else [fallback_us]}
+    verdict = judge(RECORDS, race)
+    assert verdict.best.number == 1 and verdict.fallback_us == fallback_us and verdict.fallback_wins is wins
+    assert ("fused cuBLASLt" in verdict.basis) is (fallback_us is not None)
+
+
 class RacingReplay(ReplayEvaluator):
     """The recording's trials, and planted race times: `race_us(config_key) -> rounds`."""
 
-    def __init__(self, race_us, cublas_us: list[float] | None, **kwargs) -> None:
+    def __init__(self, race_us, cublas_us: list[float] | None, fallback_us: list[float] | None = None,
+                 **kwargs) -> None:
         super().__init__(ReplayEvaluator.load(RECORDING, LAYER).recording, **kwargs)
-        self.race_us, self.cublas_us, self.raced = race_us, cublas_us, []
+        self.race_us, self.cublas_us, self.fallback_us, self.raced = race_us, cublas_us, fallback_us, []
 
     def race(self, layer, field, rounds):
         self.raced.append([c.key for c, _ in field])
         if self.cublas_us is None:
             return Failure(kind=FailureKind.CRASH, message="the GPU worker died (exit code -9)")
         return Race(kernel_us=tuple(tuple(self.race_us(c.key)[:rounds]) for c, _ in field),
-                    cublas_us=tuple(self.cublas_us[:rounds]), errors=(None,) * len(field), reps=30)
+                    cublas_us=tuple(self.cublas_us[:rounds]), errors=(None,) * len(field), reps=30,
+                    fallback_us=self.fallback_us and tuple(self.fallback_us[:rounds]))
 
 
 def _search(tmp_path: Path, evaluator, monkeypatch, events=None):
@@ -143,3 +157,14 @@ def test_an_evaluator_that_cannot_race_is_judged_by_its_trials(tmp_path, monkeyp
     result, storage = _search(tmp_path, ReplayEvaluator.load(RECORDING, LAYER), monkeypatch)
     assert "race" not in result.basis and result.best.config.key == _recorded_order()[0]
 
+
+
+def test_a_fused_fallback_that_wins_the_race_is_what_the_suite_counts(tmp_path, monkeypatch):
+    order = _recorded_order()
+    evaluator = RacingReplay(lambda key: [19.0 if key == order[0] else 20.0] * 5, [19.5] * 5, [15.0] * 5)
+    result, _ = _search(tmp_path, evaluator, monkeypatch)
+    assert result.fallback_wins and result.fallback_us == 15.0 and result.speedup == pytest.approx(19.5 / 19.0)
+    line = record("random1", result)
+    assert line["fallback"] and line["cutsearch_us"] == line["fallback_us"] == 15.0
+    assert line["speedup"] == pytest.approx(19.5 / 15.0) and line["kernel_us"] == 19.0
+    assert summary(result)["ships"] == "the fallback's fused cuBLASLt"

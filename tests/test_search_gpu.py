@@ -97,10 +97,11 @@ print(json.dumps({"rel_error": err, "nan": bool(torch.isnan(y).any())}))
 
 
 @pytest.mark.parametrize("layer, trials", [
-    (cutsearch.Layer(m=256, n=1024, k=1024, dtype="f16"), 4),
+    # Bias and ReLU: the fallback's fused cuBLASLt races the kernels at the end.
+    (cutsearch.Layer(m=256, n=1024, k=1024, dtype="f16", bias=True, activation="relu"), 4),
     # Unaligned K and N (padding), bf16, and a fused bias + GELU epilogue.
     (cutsearch.Layer(m=300, n=1001, k=999, dtype="bf16", bias=True, activation="gelu"), 2),
-], ids=["256x1024x1024-f16", "300x1001x999-bf16-bias-gelu"])
+], ids=["256x1024x1024-f16-bias-relu", "300x1001x999-bf16-bias-gelu"])
 def test_gpu_search_keeps_a_best_kernel_that_computes_the_layer(layer, trials, private_dirs):
     studies = private_dirs[0]
     study = f"gpu-{layer.slug}"
@@ -119,6 +120,8 @@ def test_gpu_search_keeps_a_best_kernel_that_computes_the_layer(layer, trials, p
     assert summary["toolchain"]["nvcc"] and summary["toolchain"]["cutlass"]
     # The search ended with a race of its fastest kernels and cuBLAS, and the race decided.
     assert "race of" in result.basis and summary["verdict"] == result.basis
+    assert (summary["fallback_us"] is not None) is (layer.activation == "relu"), summary
+    assert summary["ships"] in ("the best kernel", "cuBLAS", "the fallback's fused cuBLASLt")
 
     best = studies / study / "best"
     meta = persist.verify_dir(best)

@@ -122,7 +122,10 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
     console.print(table)
     if s.get("note"):
         console.print(f"[yellow]{s['note']}[/]")
-    if s["cublas_wins"]:
+    if s.get("ships") == "the fallback's fused cuBLASLt":
+        console.print("[yellow]cuBLASLt with the ReLU fused won the race: an export will call the fallback's "
+                      "library[/]")
+    elif s["cublas_wins"]:
         console.print("[yellow]cuBLAS is faster for this layer: an export will call cuBLAS instead[/]")
 
 

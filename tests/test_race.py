@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
+from rich.console import Console
 
 from cutsearch import model
+from cutsearch.console import print_summary
 from cutsearch.evaluator import ReplayEvaluator
 from cutsearch.outcome import Failure, FailureKind, Race
 from cutsearch.problem import Layer
@@ -168,3 +170,8 @@ def test_a_fused_fallback_that_wins_the_race_is_what_the_suite_counts(tmp_path, 
     assert line["fallback"] and line["cutsearch_us"] == line["fallback_us"] == 15.0
     assert line["speedup"] == pytest.approx(19.5 / 15.0) and line["kernel_us"] == 19.0
     assert summary(result)["ships"] == "the fallback's fused cuBLASLt"
+    console = Console(record=True, width=120)
+    print_summary(console, summary(result))
+    text = console.export_text()
+    assert "ReLU fused won the race: an export will call the fallback's library" in text
+    assert "cuBLAS is faster" not in text and "15.0 µs (1.30x" in text

@@ -55,13 +55,13 @@ def _write(target: Path, files: dict, body: dict, *, layer: Layer, study: str, s
 
 
 def _judge(study: str, url: str, meta: dict[str, Any] | None) -> tuple[dict[str, float] | None, str]:
-    """The persisted kernel against cuBLAS, judged now from the study (search.judge).
+    """The persisted kernel against cuBLAS, judged now from the study (verdict.judge).
 
     The best directory keeps the verdict of when it was written: before the study's race or
     last trials, by another worker, or by an older cutsearch. Returns the kernel's time,
     cublas_us and speedup, or None and why the export calls cuBLAS.
     """
-    from cutsearch.search import judge, records, verdict_cublas_us
+    from cutsearch.verdict import judge, records, verdict_cublas_us
     from cutsearch.storage import load_study
 
     if meta is None:

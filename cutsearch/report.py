@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cutsearch.errors import UserError
 from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
-from cutsearch.search import TrialRecord, Verdict, judge
+from cutsearch.verdict import TrialRecord, Verdict, judge
 from cutsearch.space import Config
 from cutsearch.storage import load_study
 
@@ -57,7 +57,7 @@ class Digest:
     builds: tuple[float, ...]          # compile seconds of kernels built for this study
     cached_builds: int
     sources: tuple[str, ...]           # "measured", "recorded", "predicted"
-    race: dict | None = None           # the race that ended the last search (search.judge)
+    race: dict | None = None           # the race that ended the last search (verdict.judge)
 
     @property
     def trials(self) -> int:
@@ -79,7 +79,7 @@ class Digest:
 
     @property
     def cublas_us(self) -> float | None:
-        """The line to beat, as the search and the export judge it (search.judge)."""
+        """The line to beat, as the search and the export judge it (verdict.judge)."""
         return self.verdict.cublas_us
 
     @property

@@ -27,9 +27,9 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
             "activation": layer.activation, "input": layer.input, "output": layer.output,
             "floor_us": layer.floor_us, "trials": result.trials,
             "wall_s": round(result.wall_s, 1), "study": result.study_name, "source": result.source,
-            "verdict": result.basis}
+            "verdict": result.verdict.basis}
     if best is None or speedup is None:
-        fused = result.fallback_us if result.fallback_wins else None
+        fused = result.verdict.fallback_us if result.verdict.fallback_wins else None
         return {**base, "cublas_us": cublas_us, "cutsearch_us": fused or cublas_us,
                 "speedup": cublas_us / fused if fused else 1.0 if cublas_us else None, "fallback": True,
                 "fallback_us": fused, "kernel_us": None, "config": None, "transforms": None,
@@ -45,8 +45,8 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
         base["speedup_bound"] = cublas_us / base["floor_with_launch_us"]
     # The same kernel with the caller's x (and y) already padded: what the per-call copies cost.
     base["io_variants_us"] = {name: t["median_us"] for name, t in measurement.get("io_variants", {}).items()}
-    if result.fallback_wins:
-        fused = result.fallback_us
+    if result.verdict.fallback_wins:
+        fused = result.verdict.fallback_us
         return {**base, "cublas_us": cublas_us, "cutsearch_us": fused, "speedup": cublas_us / fused,
                 "fallback": True, "fallback_us": fused, "kernel_us": best.median_us, "config": best.config.to_dict(),
                 "transforms": transforms, "note": f"cuBLASLt with the activation fused (the export's fallback library) "

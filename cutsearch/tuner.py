@@ -21,7 +21,8 @@ from cutsearch import persist
 from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
 from cutsearch.problem import Layer
-from cutsearch.search import BATCH_PER_JOB, SearchResult, TrialRecord, default_cache_dir, search
+from cutsearch.search import BATCH_PER_JOB, SearchResult, default_cache_dir, search
+from cutsearch.verdict import TrialRecord
 from cutsearch.space import DEFAULT_STAGES, STAGES, Space, transforms
 from cutsearch.workspace import Workspace
 
@@ -244,10 +245,10 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "empty_kernel_us": best.empty_kernel_us if best else None,
         "floor_with_launch_us": layer.floor_us + best.empty_kernel_us if best and best.empty_kernel_us else None,
         "cublas_wins": result.speedup is not None and result.speedup < 1.0,
-        "verdict": result.basis,
+        "verdict": result.verdict.basis,
         # The export's cuBLAS fallback, its cuBLASLt call fusing the activation, as raced.
-        "fallback_us": result.fallback_us,
-        "ships": ("the fallback's fused cuBLASLt" if result.fallback_wins else "cuBLAS"
+        "fallback_us": result.verdict.fallback_us,
+        "ships": ("the fallback's fused cuBLASLt" if result.verdict.fallback_wins else "cuBLAS"
                   if result.speedup is None or result.speedup < 1.0 else "the best kernel"),
         "trials": result.trials,
         "new_trials": result.new_trials,

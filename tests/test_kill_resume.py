@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 from cutsearch import persist
 from cutsearch.cache import MANIFEST
 from cutsearch.compiler import Toolchain
-from cutsearch.search import contenders, judge, records
+from cutsearch.verdict import contenders, judge, records
 from tests.fakes import EPOCH_ENV, MARKERS_ENV, MEASURE_S_ENV, PERSIST_PAUSED
 
 pytestmark = pytest.mark.nvcc

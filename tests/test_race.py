@@ -21,7 +21,8 @@ from cutsearch.console import print_summary
 from cutsearch.evaluator import ReplayEvaluator
 from cutsearch.outcome import Failure, FailureKind, Race
 from cutsearch.problem import Layer
-from cutsearch.search import TrialRecord, contenders, judge, search
+from cutsearch.search import search
+from cutsearch.verdict import TrialRecord, contenders, judge
 from cutsearch.space import Config, Space
 from cutsearch.suite import record
 from cutsearch.tuner import summary
@@ -137,7 +138,7 @@ def test_the_search_ends_with_a_race_that_decides_its_result(tmp_path, monkeypat
     result, storage = _search(tmp_path, evaluator, monkeypatch, events=lambda name, data: events.append(name))
     assert len(evaluator.raced) == 1 and evaluator.raced[0][0] == order[0] and order[1] in evaluator.raced[0]
     assert result.best.config.key == order[1] and result.best.median_us == 15.0
-    assert result.cublas_us == 14.2 and result.speedup < 1.0 and "race" in result.basis
+    assert result.cublas_us == 14.2 and result.speedup < 1.0 and "race" in result.verdict.basis
     assert events[-2:] == ["racing", "raced"]
     # Resumed with nothing left to run: the race stands, and is not run again.
     again, _ = _search(tmp_path, evaluator, monkeypatch)
@@ -149,7 +150,7 @@ def test_a_failed_race_leaves_the_verdict_to_the_trials(tmp_path, monkeypatch):
     events = []
     result, _ = _search(tmp_path, evaluator, monkeypatch, events=lambda name, data: events.append((name, data)))
     assert len(evaluator.raced) == 1 and events[-1][0] == "race failed" and "died" in events[-1][1]["message"]
-    assert result.best.config.key == _recorded_order()[0] and "race" not in result.basis
+    assert result.best.config.key == _recorded_order()[0] and "race" not in result.verdict.basis
     # As tests/test_verdict.py: the trials' own rule, the median of the study's cuBLAS timings.
     evs = [e for e in json.loads(RECORDING.read_text())["evaluations"] if e.get("measurement")]
     assert result.cublas_us == statistics.median(e["measurement"]["baseline"]["median_us"] for e in evs)
@@ -157,7 +158,7 @@ def test_a_failed_race_leaves_the_verdict_to_the_trials(tmp_path, monkeypatch):
 
 def test_an_evaluator_that_cannot_race_is_judged_by_its_trials(tmp_path, monkeypatch):
     result, storage = _search(tmp_path, ReplayEvaluator.load(RECORDING, LAYER), monkeypatch)
-    assert "race" not in result.basis and result.best.config.key == _recorded_order()[0]
+    assert "race" not in result.verdict.basis and result.best.config.key == _recorded_order()[0]
 
 
 
@@ -165,7 +166,7 @@ def test_a_fused_fallback_that_wins_the_race_is_what_the_suite_counts(tmp_path, 
     order = _recorded_order()
     evaluator = RacingReplay(lambda key: [19.0 if key == order[0] else 20.0] * 5, [19.5] * 5, [15.0] * 5)
     result, _ = _search(tmp_path, evaluator, monkeypatch)
-    assert result.fallback_wins and result.fallback_us == 15.0 and result.speedup == pytest.approx(19.5 / 19.0)
+    assert result.verdict.fallback_wins and result.verdict.fallback_us == 15.0 and result.speedup == pytest.approx(19.5 / 19.0)
     line = record("random1", result)
     assert line["fallback"] and line["cutsearch_us"] == line["fallback_us"] == 15.0
     assert line["speedup"] == pytest.approx(19.5 / 15.0) and line["kernel_us"] == 19.0

@@ -119,7 +119,7 @@ def test_gpu_search_keeps_a_best_kernel_that_computes_the_layer(layer, trials, p
     assert summary["speedup"] == pytest.approx(result.cublas_us / result.best.median_us)
     assert summary["toolchain"]["nvcc"] and summary["toolchain"]["cutlass"]
     # The search ended with a race of its fastest kernels and cuBLAS, and the race decided.
-    assert "race of" in result.basis and summary["verdict"] == result.basis
+    assert "race of" in result.verdict.basis and summary["verdict"] == result.verdict.basis
     assert (summary["fallback_us"] is not None) is (layer.activation == "relu"), summary
     assert summary["ships"] in ("the best kernel", "cuBLAS", "the fallback's fused cuBLASLt")
 

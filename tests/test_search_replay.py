@@ -29,6 +29,7 @@ from cutsearch.evaluator import Evaluation, ReplayEvaluator
 from cutsearch.outcome import Failure
 from cutsearch.problem import Layer
 from cutsearch.search import SearchResult, search
+from cutsearch.verdict import Verdict
 from cutsearch.space import SCHEDULES, Config, Knobs, Space, invalid_reason
 from tests.together import run_together
 
@@ -578,8 +579,8 @@ def test_a_config_asked_twice_in_one_batch_is_measured_once_and_counted_once(tmp
 
 def _record_runs(journal: str, count: int, go) -> None:
     store = journal_storage(journal)
-    result = SearchResult(study_name=STUDY, layer=ASR, best=None, cublas_us=None, trials=0, new_trials=0,
-                                new_compiles=0, failures={}, wall_s=1.0, source="recorded")
+    result = SearchResult(study_name=STUDY, layer=ASR, verdict=Verdict(best=None, cublas_us=None, basis="none"),
+                          trials=0, new_trials=0, new_compiles=0, failures={}, wall_s=1.0, source="recorded")
     go.wait()
     for i in range(count):
         tuner._record_run(store, STUDY, result, f"run {os.getpid()} {i}")

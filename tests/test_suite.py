@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from cutsearch.suite import geomean, record
-from cutsearch.search import SearchResult, TrialRecord
+from cutsearch.search import SearchResult
+from cutsearch.verdict import TrialRecord, Verdict
 from cutsearch.problem import Layer
 from cutsearch.space import Config
 
@@ -24,7 +25,8 @@ def _result(speedup: float | None) -> SearchResult:
         meas = {"timing": {"median_us": 20.0 / speedup}, "knobs": {"raster": 1}, "baseline": {"median_us": 20.0}}
         best = TrialRecord(number=3, config=config, median_us=20.0 / speedup, cublas_us=20.0, failure_kind=None,
                            evaluation={"measurement": meas})
-    return SearchResult(study_name="s", layer=layer, best=best, cublas_us=20.0 if best else None, trials=8,
+    verdict = Verdict(best=best, cublas_us=20.0 if best else None, basis="the trials")
+    return SearchResult(study_name="s", layer=layer, verdict=verdict, trials=8,
                         new_trials=8, new_compiles=8, failures={}, wall_s=1.0, source="measured")
 
 

@@ -17,7 +17,8 @@ from optuna.storages.journal import JournalFileBackend
 from cutsearch import model
 from cutsearch.evaluator import ReplayEvaluator
 from cutsearch.problem import Layer
-from cutsearch.search import TrialRecord, search, verdict_cublas_us
+from cutsearch.search import search
+from cutsearch.verdict import TrialRecord, verdict_cublas_us
 from cutsearch.space import Config, Space
 from cutsearch.suite import record
 

@@ -1,0 +1,147 @@
+"""The verdict: which kernel a study ships, and the cuBLAS time it is judged against.
+
+A study's trials are each one draw of noise, and its fastest trial is the draw that favoured the
+kernel most. A race (search._run_race) times the contenders and cuBLAS again, interleaved; where
+one stands for the study's current contenders it decides, else the trials do. Only reads: the
+search, the export, `show` and the report all judge through `judge`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Iterable
+
+import optuna
+
+from cutsearch.space import Config
+
+# The race's contenders: the fastest configs, up to RACE_SIZE, within RACE_WITHIN of the best.
+RACE_SIZE = 4
+RACE_WITHIN = 1.25
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    number: int
+    config: Config
+    median_us: float | None
+    cublas_us: float | None
+    failure_kind: str | None
+    evaluation: dict[str, Any]
+
+    @property
+    def speedup(self) -> float | None:
+        return self.cublas_us / self.median_us if self.median_us and self.cublas_us else None
+
+    @property
+    def empty_kernel_us(self) -> float | None:
+        """An empty kernel, timed beside cuBLAS (see worker._floors)."""
+        floors = ((self.evaluation.get("measurement") or {}).get("floors") or {})
+        return floors["empty kernel"]["median_us"] if "empty kernel" in floors else None
+
+    @classmethod
+    def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord | None:
+        ev = trial.user_attrs.get("evaluation")
+        if ev is None:
+            return None
+        meas = ev.get("measurement")
+        failure = trial.user_attrs.get("failure") or ev.get("failure")
+        return cls(number=trial.number, config=Config.from_dict(ev["config"]),
+                   median_us=meas["timing"]["median_us"] if meas else None,
+                   cublas_us=(meas.get("baseline") or {}).get("median_us") if meas else None,
+                   failure_kind=failure["kind"] if failure and not meas else None, evaluation=ev)
+
+
+def verdict_cublas_us(best: TrialRecord | None, measured: Iterable[TrialRecord]) -> float | None:
+    """The cuBLAS time the best kernel is judged against: the lower of the timing taken beside it
+    and the median of the study's cuBLAS timings (replayed trials repeat one, so they are left out).
+
+    The best trial is the one whose draw of noise favoured the kernel most, against one draw of
+    cuBLAS. Recorded on an H200: 8x382x6301 f16 won by 1.015x against the timing beside it, while
+    the median of the study's 32 was 0.7 µs lower, and its export ran 0.92x F.linear.
+    """
+    if best is None or best.cublas_us is None:
+        return None
+    runs = [r.cublas_us for r in measured if r.cublas_us and not r.evaluation.get("replayed_from_study")]
+    return min(best.cublas_us, statistics.median(runs)) if runs else best.cublas_us
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """The kernel that ships if it beats cuBLAS, and the cuBLAS time that decides it.
+
+    `best` carries its times as judged: from the race where one stands, else its own trial's.
+    `raced_us` holds the race's median of each raced trial that passed its check there (None:
+    no race stands). `fallback_us` is the race's median of the export's cuBLAS fallback, where
+    that library fuses the activation and raced.
+    """
+
+    best: TrialRecord | None
+    cublas_us: float | None
+    basis: str
+    raced_us: dict[int, float] | None = None
+    fallback_us: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """The best kernel's."""
+        best = self.best
+        return self.cublas_us / best.median_us if best and best.median_us and self.cublas_us else None
+
+    @property
+    def fallback_wins(self) -> bool:
+        return fallback_wins(self.best.median_us if self.best else None, self.cublas_us, self.fallback_us)
+
+
+def fallback_wins(kernel_us: float | None, cublas_us: float | None, fallback_us: float | None) -> bool:
+    """Whether the fallback's library, its cuBLASLt call fusing the activation, beat both the best
+    kernel and F.linear in the race: the export then ships it."""
+    return (fallback_us is not None and cublas_us is not None and fallback_us < cublas_us
+            and (kernel_us is None or fallback_us < kernel_us))
+
+
+def contenders(measured: Iterable[TrialRecord], size: int = RACE_SIZE, within: float = RACE_WITHIN,
+               ) -> list[TrialRecord]:
+    """What the race times again: the first trial of each of the `size` fastest configs, those
+    within `within` times the fastest."""
+    ranked: list[TrialRecord] = []
+    for r in sorted((r for r in measured if r.median_us), key=lambda r: (r.median_us, r.number)):
+        if ranked and r.median_us > within * ranked[0].median_us or len(ranked) == size:
+            break
+        if all(r.config.key != c.config.key for c in ranked):
+            ranked.append(r)
+    return ranked
+
+
+def judge(measured: list[TrialRecord], race: dict[str, Any] | None) -> Verdict:
+    """The study's verdict: by its race where the race timed the study's contenders, else by
+    the trials (the fastest, against verdict_cublas_us)."""
+    raced = _race_verdict(measured, race)
+    if raced is not None:
+        return raced
+    fastest = min((r for r in measured if r.median_us), key=lambda r: (r.median_us, r.number), default=None)
+    return Verdict(best=fastest, cublas_us=verdict_cublas_us(fastest, measured), basis=(
+        "the lower of the run beside the best and the median of the study's runs"))
+
+
+def _race_verdict(measured: list[TrialRecord], race: dict[str, Any] | None) -> Verdict | None:
+    if not race or [c.number for c in contenders(measured)] != race.get("trials"):
+        return None  # no race, or trials told since changed the contenders
+    by_number = {r.number: r for r in measured}
+    raced = {n: statistics.median(us) for n, us in zip(race["trials"], race["kernel_us"]) if us}
+    cublas_us = statistics.median(race["cublas_us"])
+    fallback_us = statistics.median(race["fallback_us"]) if race.get("fallback_us") else None
+    rounds = f"{len(race['cublas_us'])} interleaved rounds"
+    also = " and the fallback's fused cuBLASLt" if fallback_us is not None else ""
+    if not raced:
+        return Verdict(best=None, cublas_us=cublas_us, raced_us={}, fallback_us=fallback_us,
+                       basis=f"every contender failed its check in the race{also}")
+    number = min(raced, key=lambda n: (raced[n], n))
+    best = dataclasses.replace(by_number[number], median_us=raced[number], cublas_us=cublas_us)
+    return Verdict(best=best, cublas_us=cublas_us, raced_us=raced, fallback_us=fallback_us,
+                   basis=f"a race of {len(race['trials'])} kernels{also} and cuBLAS, {rounds}")
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [r for t in study.get_trials(deepcopy=False) if (r := TrialRecord.from_trial(t)) is not None]

@@ -165,16 +165,18 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
     if d.measured:
         trials = Table(title=f"{title}: top {min(top, len(d.top(top)))} of {len(d.measured)} completed trials",
                        title_justify="left")
+        raced = d.verdict.raced_us is not None
         for name, justify in (("trial", "right"), ("median µs", "right"), ("p20-p80 µs", "right"),
-                              ("cuBLAS beside µs", "right"), ("speedup", "right"), ("config", "left"),
-                              ("compile s", "right")):
+                              ("cuBLAS beside µs", "right"), ("speedup", "right"),
+                              *([("race µs", "right")] if raced else []), ("config", "left"), ("compile s", "right")):
             trials.add_column(name, justify=justify)
         for r in d.top(top):
             t = r.evaluation["measurement"]["timing"]
             compile_s = r.evaluation.get("compile_s")
             trials.add_row(str(r.number), f"{r.median_us:.1f}", f"{t['p20_us']:.1f}-{t['p80_us']:.1f}",
                            "-" if r.cublas_us is None else f"{r.cublas_us:.1f}",
-                           "-" if r.speedup is None else f"{r.speedup:.2f}x", _config_short(r.config),
+                           "-" if r.speedup is None else f"{r.speedup:.2f}x",
+                           *([d.race_cell(r.number)] if raced else []), _config_short(r.config),
                            "-" if compile_s is None else f"{compile_s:.0f}")
         console.print(trials)
     best = d.best

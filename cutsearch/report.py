@@ -102,6 +102,14 @@ class Digest:
     def failures(self) -> dict[str, int]:
         return dict(collections.Counter(f.kind for f in self.failed).most_common())
 
+    def race_cell(self, number: int) -> str | None:
+        """A trial's median in the race that stands ("-" if it did not race, "failed" if it failed
+        its check there), or None where no race stands."""
+        raced = self.verdict.raced_us
+        if raced is None:
+            return None
+        return f"{raced[number]:.1f}" if number in raced else "failed" if number in self.race["trials"] else "-"
+
     def top(self, count: int) -> list[TrialRecord]:
         """The fastest trials, one per config (a replayed config is the same kernel)."""
         seen: set[str] = set()
@@ -424,15 +432,17 @@ def _header(d: Digest) -> str:
 def _top_table(d: Digest, count: int = 10) -> str:
     if not d.measured:
         return f'<p class="empty">{NOTHING}</p>'
+    raced = d.verdict.raced_us is not None
     head = "".join(f"<th>{h}</th>" for h in ("trial", "median µs", "p20-p80 µs", "cuBLAS beside µs", "speedup",
-                                              "config", "compile s"))
+                                              *(["race µs"] if raced else []), "config", "compile s"))
     rows = []
     for r in d.top(count):
         t = r.evaluation["measurement"]["timing"]
         compile_s = r.evaluation.get("compile_s")
         cells = (str(r.number), f"{r.median_us:.1f}", f"{t['p20_us']:.1f}-{t['p80_us']:.1f}",
                  f"{r.cublas_us:.1f}" if r.cublas_us else "-", f"{r.speedup:.2f}x" if r.speedup else "-",
-                 r.config.key, f"{compile_s:.0f}" if compile_s is not None else "-")
+                 *([d.race_cell(r.number)] if raced else []), r.config.key,
+                 f"{compile_s:.0f}" if compile_s is not None else "-")
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return f'<table class="grid"><tr>{head}</tr>{"".join(rows)}</table>'
 

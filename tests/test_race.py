@@ -7,6 +7,8 @@ measured on one H200; nothing here is measured.
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import statistics
 from pathlib import Path
@@ -17,7 +19,7 @@ from optuna.storages.journal import JournalFileBackend
 from rich.console import Console
 
 from cutsearch import model
-from cutsearch.console import print_summary
+from cutsearch.console import print_study, print_summary
 from cutsearch.evaluator import ReplayEvaluator
 from cutsearch.outcome import Failure, FailureKind, Race
 from cutsearch.problem import Layer
@@ -176,3 +178,17 @@ def test_a_fused_fallback_that_wins_the_race_is_what_the_suite_counts(tmp_path, 
     text = console.export_text()
     assert "ReLU fused won the race: an export will call the fallback's library" in text
     assert "cuBLAS is faster" not in text and "15.0 µs (1.30x" in text
+
+
+def test_show_of_a_recorded_study_whose_fused_fallback_won_its_race(tmp_path):
+    """studies/recorded/h200-2026-12-02-race: 8x382x6301 with bias and ReLU, measured on one H200."""
+    recorded = ROOT / "studies" / "recorded" / "h200-2026-12-02-race" / "journals" / "random1-fused.journal.log.gz"
+    journal = tmp_path / "journal.log"
+    journal.write_bytes(gzip.decompress(recorded.read_bytes()))
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    print_study(console, "random1", storage=str(journal))
+    text = console.file.getvalue()
+    rows = {row.split("│")[1].strip(): row for row in text.splitlines() if row.count("│") == 9}
+    assert "race µs" in text and "│    18.9 │" in rows["13"] and "│    19.0 │" in rows["20"]
+    assert "18.5 µs (a race of 4 kernels and the fallback's fused cuBLASLt and cuBLAS" in text
+    assert "14.9 µs in the race" in text and "ReLU fused (14.9 µs) won the race" in text

@@ -77,7 +77,8 @@ def suite_cmd(
         table.add_row(r["name"], r["dtype"], _us(r["cublas_us"]), _us(r["cutsearch_us"]),
                       "-" if r["speedup"] is None else f"{r['speedup']:.2f}x", _us(r["floor_us"]),
                       _us(r.get("floor_with_launch_us")), "-" if bound is None else f"{bound:.2f}x",
-                      "cuBLAS fallback" if r["fallback"] else "")
+                      ("cuBLASLt fallback, ReLU fused" if r.get("fallback_us") else "cuBLAS fallback")
+                      if r["fallback"] else "")
     out.print(table)
     gm = body["geomean_speedup"]
     out.print(f"geometric mean speedup {gm:.2f}x" if gm else "no speedup measured")

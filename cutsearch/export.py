@@ -76,7 +76,7 @@ def _judge(study: str, url: str, meta: dict[str, Any] | None) -> tuple[dict[str,
     if verdict.fallback_wins:
         us = verdict.fallback_us
         return ({"cublas_us": verdict.cublas_us, "fallback_us": us, "speedup": verdict.cublas_us / us},
-                f"cuBLASLt with the bias and ReLU fused (this fallback's library) took {us:.1f} µs in the race, "
+                f"cuBLASLt with the ReLU fused (this fallback's library) took {us:.1f} µs in the race, "
                 f"against {verdict.cublas_us:.1f} µs for F.linear and "
                 + (f"{verdict.best.median_us:.1f} µs for the best kernel" if verdict.best else "no correct kernel"))
     if verdict.raced_us is not None:
@@ -175,7 +175,7 @@ def _fallback_export(layer: Layer, reason: str, judged: dict[str, Any] | None) -
             "transforms": {"swap_ab": False, "pad_n": layer.n, "pad_k": layer.k}, "config": None, "knobs": {},
             "timing_us": None, "cublas_us": (judged or {}).get("cublas_us"), "note": note,
             **({"fallback_us": fused, "speedup": judged["speedup"]} if fused and built is not None else
-               {"speedup": 1.0, "best_kernel_speedup": (judged or {}).get("speedup")})}
+               {"speedup": 1.0, "best_kernel_speedup": None if fused else (judged or {}).get("speedup")})}
     return files, body
 
 

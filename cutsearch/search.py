@@ -26,7 +26,7 @@ from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluation, Evaluator
 from cutsearch.outcome import Failure, Measurement
 from cutsearch.problem import Layer
-from cutsearch.space import Config, Space, invalid_reason
+from cutsearch.space import Config, Knobs, Space, invalid_reason
 from cutsearch.verdict import TrialRecord, Verdict, contenders, judge, records, verdict_cublas_us
 
 log = logging.getLogger(__name__)
@@ -343,8 +343,6 @@ def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, ev
     if not field or (study.user_attrs.get("race") or {}).get("trials") == [c.number for c in field]:
         return
     _emit(events, "racing", kernels=len(field), rounds=rounds)
-    from cutsearch.space import Knobs
-
     outcome = evaluator.race(layer, [(c.config, Knobs(**c.evaluation["measurement"]["knobs"])) for c in field], rounds)
     if isinstance(outcome, Failure):
         # The trials' own verdict stands; a stale race of other contenders is ignored by judge().

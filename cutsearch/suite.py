@@ -28,12 +28,13 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
             "floor_us": layer.floor_us, "trials": result.trials,
             "wall_s": round(result.wall_s, 1), "study": result.study_name, "source": result.source,
             "verdict": result.verdict.basis}
+    # The fallback's fused cuBLASLt, where it won the race: what the export ships and the suite counts.
+    fused = result.verdict.fallback_us if result.verdict.fallback_wins else None
     if best is None or speedup is None:
-        fused = result.verdict.fallback_us if result.verdict.fallback_wins else None
         return {**base, "cublas_us": cublas_us, "cutsearch_us": fused or cublas_us,
                 "speedup": cublas_us / fused if fused else 1.0 if cublas_us else None, "fallback": True,
                 "fallback_us": fused, "kernel_us": None, "config": None, "transforms": None,
-                "note": "no correct kernel was measured"}
+                "note": "no correct kernel was measured" + (": the fallback's fused cuBLASLt won" if fused else "")}
     measurement = best.evaluation["measurement"]
     base["cublas_beside_us"] = (measurement.get("baseline") or {}).get("median_us")
     transforms = {**layer_transforms(layer, best.config, measurement["knobs"]), "knobs": measurement["knobs"]}
@@ -45,8 +46,7 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
         base["speedup_bound"] = cublas_us / base["floor_with_launch_us"]
     # The same kernel with the caller's x (and y) already padded: what the per-call copies cost.
     base["io_variants_us"] = {name: t["median_us"] for name, t in measurement.get("io_variants", {}).items()}
-    if result.verdict.fallback_wins:
-        fused = result.verdict.fallback_us
+    if fused:
         return {**base, "cublas_us": cublas_us, "cutsearch_us": fused, "speedup": cublas_us / fused,
                 "fallback": True, "fallback_us": fused, "kernel_us": best.median_us, "config": best.config.to_dict(),
                 "transforms": transforms, "note": f"cuBLASLt with the activation fused (the export's fallback library) "

@@ -207,9 +207,9 @@ def test_a_fused_fallback_that_won_the_race_is_what_the_export_ships(tmp_path, m
     study.set_user_attr("race", {**race, "fallback_us": [kernel_us / 2] * len(race["cublas_us"])})
     target = export("relu", out=tmp_path / "export", workspace=ws)
     meta = json.loads((target / "meta.json").read_text())
-    assert meta["backend"] == "cublas" and "bias and ReLU fused" in meta["fallback_reason"]
+    assert meta["backend"] == "cublas" and "cuBLASLt with the ReLU fused" in meta["fallback_reason"]
     if LIBRARY in meta["files"]:
         assert meta["fallback_us"] == kernel_us / 2
         assert meta["speedup"] == pytest.approx(statistics.median(race["cublas_us"]) / (kernel_us / 2))
     else:
-        assert meta["speedup"] == 1.0 and "fallback_us" not in meta
+        assert meta["speedup"] == 1.0 and "fallback_us" not in meta and meta["best_kernel_speedup"] is None

@@ -9,7 +9,8 @@ For each layer (the five below, or those of a layer file): the C ABI library
 cuBLASLt fuses it, else through torch), and F.linear, on the same inputs, each checked against float64
 first. With R rounds the three are timed in turn R times, each round in another order, so that
 a drift of the GPU's speed falls on all three; each timing is then the median of the rounds'
-medians, and each round's medians are kept.
+medians, and each round's medians are kept. Each call's host cost is timed too: 200 calls issued
+back to back, without synchronising, after the GPU is idle.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import ctypes
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -39,6 +41,17 @@ LAYERS = {
     "gelu_mlp": Layer(m=2048, n=8192, k=2048, bias=True, activation="gelu"),
     "unaligned_relu": Layer(m=3000, n=1001, k=999, bias=True, activation="relu"),
 }
+
+
+def host_us(call, calls: int = 200) -> float:
+    """The host's time per call, the calls queued without waiting for the GPU."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call()
+    spent = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return spent / calls * 1e6
 
 
 def main(out: Path, layers: dict[str, Layer], rounds: int, command: str) -> None:
@@ -84,6 +97,7 @@ def main(out: Path, layers: dict[str, Layer], rounds: int, command: str) -> None
             assert err < 1e-2, (name, label, err)
             record["rel_error"][label] = err
         labels = list(calls)
+        record["host_us_per_call"] = {label: host_us(calls[label]) for label in labels}
         for r in range(rounds):
             order = labels[r % len(labels):] + labels[:r % len(labels)]
             record["rounds"].append({label: cold(calls[label]) for label in order})
@@ -95,7 +109,8 @@ def main(out: Path, layers: dict[str, Layer], rounds: int, command: str) -> None
         base = record["timings"]["F.linear"]["median_us"]
         record["vs_f_linear"] = {k: base / t["median_us"] for k, t in record["timings"].items()}
         records.append(record)
-        print(name, {k: round(t["median_us"], 1) for k, t in record["timings"].items()}, flush=True)
+        print(name, {k: round(t["median_us"], 1) for k, t in record["timings"].items()},
+              "host µs:", {k: round(t, 1) for k, t in record["host_us_per_call"].items()}, flush=True)
     save(out, command, records)
 
 

@@ -85,9 +85,12 @@ def make_sampler(name: str, *, seed: int, batch: int, trials: int) -> optuna.sam
 
 
 def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseStorage,
-               sampler: optuna.samplers.BaseSampler, source: str | None = None) -> optuna.Study:
+               sampler: optuna.samplers.BaseSampler, source: str | None = None,
+               device_name: str | None = None) -> optuna.Study:
     """Create the study, or resume it for the same layer and, given `source`, the same kind of
-    evaluator: measured, recorded and predicted times are never ranked together."""
+    evaluator: measured, recorded and predicted times are never ranked together. Given
+    `device_name`, also on the same GPU model: a study's first GPU names it, and hosts with
+    another GPU cannot join (their times would be ranked with its)."""
     study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
     recorded = study.user_attrs.get("layer")
@@ -104,6 +107,14 @@ def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseSt
         if held - {source}:
             raise UserError(f"study {study_name!r} holds {' and '.join(sorted(held))} times, and this run's would "
                             f"be {source}: choose another --study name")
+    if device_name is not None:
+        with storage_mod.budget_lock(study):  # two hosts starting together must not both claim it
+            measured_on = study.user_attrs.get("gpu")
+            if measured_on is None:
+                study.set_user_attr("gpu", device_name)
+            elif measured_on != device_name:
+                raise UserError(f"study {study_name!r} is measured on {measured_on}, and this GPU is {device_name}: "
+                                "times of different GPUs are never ranked together; choose another --study name")
     return study
 
 
@@ -202,7 +213,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
            seed: int = 0, warm: int | None = None, space: Space | None = None, events: Events | None = None,
            on_best: Callable[[TrialRecord, float | None], None] | None = None,
            artifacts: Any = None, priors: tuple[Config, ...] = (), prune: bool = True,
-           race_rounds: int = RACE_ROUNDS) -> SearchResult:
+           race_rounds: int = RACE_ROUNDS, device_name: str | None = None) -> SearchResult:
     """Run the study up to `trials` evaluated trials (resuming it), or until `timeout_s`.
 
     `on_best(best, cublas_us)` hears of each new best, with the cuBLAS time it is judged against.
@@ -211,6 +222,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     before they are built, as it refuses rule-breaking ones: the other samplers are baselines.
     At the end, an evaluator that can race times the contenders and cuBLAS again in
     `race_rounds` interleaved rounds (0: no race), and the race decides the verdict.
+    `device_name` is the GPU the evaluator measures on (see `open_study`).
     """
     if trials <= 0:
         raise UserError(f"--trials must be positive, got {trials}")
@@ -219,7 +231,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     batch = max(1, batch or usable_cpus())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(layer, study_name=study_name, storage=storage, source=evaluator.source,
-                       sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials))
+                       sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials), device_name=device_name)
     space = _recorded_space(study, space)
     if sampler == "model":
         _enqueue_model_order(study, layer, space, trials)

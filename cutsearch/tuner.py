@@ -90,7 +90,8 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
                         seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
                         space=Space(layer, stages=STAGES if all_stages else DEFAULT_STAGES,
                                     split_k=(False, True) if split_k else None), prune=prune,
-                        artifacts=FileSystemArtifactStore(str(ws.artifacts(name))))
+                        artifacts=FileSystemArtifactStore(str(ws.artifacts(name))),
+                        device_name=(toolchain.gpu or {}).get("name"))
         if result.best is not None:
             # Against all of the study's cuBLAS timings, which later trials may have moved; also a
             # resumed study's best that an earlier run found.

@@ -38,6 +38,7 @@ FAULTS = {"correct": 0, "hang": 1, "illegal_address": 2, "wrong_result": 3, "com
 MARKERS_ENV = "CUTSEARCH_FAKE_MARKERS"  # a directory: a file appears as each measurement starts
 MEASURE_S_ENV = "CUTSEARCH_FAKE_MEASURE_S"  # seconds each measurement takes
 EPOCH_ENV = "CUTSEARCH_FAKE_EPOCH"  # when set, each measurement is faster than the one before
+GPU_NAME_ENV = "CUTSEARCH_FAKE_GPU_NAME"  # the GPU it claims to be
 
 
 def fault_source(fault: str = "correct", tag: str = "") -> KernelSource:
@@ -98,7 +99,7 @@ def _handle(request: Any, state: dict[str, Any]) -> Any:
             raise ValueError(f"unknown fake action {request.action!r}")
         return FakeReply(pid=os.getpid(), served=state["served"], value=request.value)
     if isinstance(request, DeviceInfoRequest):
-        return DeviceInfo(name="NVIDIA H200 (fake)", capability=(9, 0), sm_count=132, l2_bytes=60 * 2**20,
+        return DeviceInfo(name=os.environ.get(GPU_NAME_ENV, "NVIDIA H200 (fake)"), capability=(9, 0), sm_count=132, l2_bytes=60 * 2**20,
                           memory_bytes=141 * 10**9, driver="fake", torch="none")
     if isinstance(request, MeasureRequest):
         return _fake_measure(request)

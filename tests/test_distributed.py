@@ -132,3 +132,42 @@ def test_a_worker_started_before_the_search_waits_for_its_study(tmp_path):
     journal = Path(env["CUTSEARCH_STUDIES"]) / study / "journal.log"
     trials = optuna.load_study(study_name=study, storage=open_storage(str(journal))).get_trials(deepcopy=False)
     assert sum(map(counts, trials)) == 8
+
+
+def test_a_host_with_another_gpu_cannot_join_a_study(storage, monkeypatch):
+    """Times of an H100 and an H200 must never be ranked together: the study's first GPU names
+    it. The real tuner, GpuEvaluator and nvcc, with the fake worker claiming each GPU."""
+    import cutsearch.codegen as codegen
+    from cutsearch import tuner
+    from cutsearch.errors import UserError
+    from cutsearch.evaluator import GpuEvaluator
+    from cutsearch.pool import WorkerProcess
+    from cutsearch.problem import Layer
+    from cutsearch.search import default_cache_dir
+    from tests import fakes
+
+    monkeypatch.setattr(codegen, "render", lambda layer, config: fakes.fault_source("correct", tag=config.key))
+    study = f"gpus-{uuid.uuid4().hex[:10]}"
+
+    def tune_on(gpu_name: str, trials: int):
+        monkeypatch.setenv(fakes.GPU_NAME_ENV, gpu_name)  # read by the spawned fake worker
+        ev = GpuEvaluator(cache_dir=default_cache_dir(), jobs=2, worker=WorkerProcess(serve=fakes.serve))
+        try:
+            return tuner.tune(Layer(m=64, n=64, k=64), trials=trials, study=study, storage=storage,
+                              evaluator=ev, batch=2, command="test")
+        finally:
+            ev.close()
+
+    url = storage or str(Path(os.environ["CUTSEARCH_STUDIES"]) / study / "journal.log")
+    try:
+        assert tune_on("NVIDIA H200 (fake)", 2).trials == 2
+        with pytest.raises(UserError, match=r"is measured on NVIDIA H200 \(fake\), and this GPU is "
+                                            r"NVIDIA H100 80GB HBM3 \(fake\)"):
+            tune_on("NVIDIA H100 80GB HBM3 (fake)", 4)
+        held = optuna.load_study(study_name=study, storage=open_storage(url))
+        assert sum(map(counts, held.get_trials(deepcopy=False))) == 2  # the H100 added nothing
+        assert held.user_attrs["gpu"] == "NVIDIA H200 (fake)"
+        assert tune_on("NVIDIA H200 (fake)", 4).trials == 4  # the same GPU model resumes it
+    finally:
+        if storage:
+            optuna.delete_study(study_name=study, storage=open_storage(url))

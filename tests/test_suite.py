@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import optuna
+
 from cutsearch.suite import geomean, record
 from cutsearch.search import SearchResult
-from cutsearch.verdict import TrialRecord, Verdict
+from cutsearch.storage import open_storage
+from cutsearch.verdict import TrialRecord, Verdict, judge, records
 from cutsearch.problem import Layer
 from cutsearch.space import Config
 
@@ -84,3 +88,25 @@ def test_suite_names_a_missing_layer_in_one_line(tmp_path):
                            "model"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no layer named nope" in proc.stderr
+
+
+def test_the_committed_h200_suite_file_is_what_its_recorded_journals_judge(tmp_path):
+    """Recorded H200 data: every record of the committed suite file follows from the study
+    journals of that run, judged again here (race included) with nothing measured."""
+    root = Path(__file__).resolve().parent.parent
+    suite = json.loads((root / "studies" / "results" / "suite-nvidia-h200-2026-12-02.json").read_text())
+    journals = root / "studies" / "recorded" / "h200-2026-12-02-suite-v12" / "journals"
+    assert len(suite["records"]) == 18
+    for committed in suite["records"]:
+        journal = tmp_path / f"{committed['study']}.journal.log"
+        journal.write_bytes(gzip.decompress((journals / f"{committed['study']}.journal.log.gz").read_bytes()))
+        study = optuna.load_study(study_name=committed["study"], storage=open_storage(str(journal)))
+        assert study.user_attrs.get("race"), committed["name"]  # every search of this run ended in a race
+        verdict = judge(records(study), study.user_attrs["race"])
+        layer = Layer.from_dict(study.user_attrs["layer"], name=committed["name"])
+        again = record(committed["name"], SearchResult(
+            study_name=committed["study"], layer=layer, verdict=verdict, trials=committed["trials"], new_trials=0,
+            new_compiles=0, failures={}, wall_s=committed["wall_s"], source="measured"))
+        for key in ("cutsearch_us", "cublas_us", "speedup", "kernel_us", "fallback", "config", "verdict"):
+            assert again[key] == committed[key], (committed["name"], key, again[key], committed[key])
+    assert suite["geomean_speedup"] == geomean([r["speedup"] for r in suite["records"]])

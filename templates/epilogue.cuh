@@ -411,6 +411,10 @@ class FixupEpilogue : public cutsearch_staged::BaseTypes<Base> {
     static_assert(Frag % 4 == 0 && Frag * Threads == TileM * TileN, "a whole tile in the accumulators");
     constexpr int Quads = Frag / 4;
 
+    // The scheduler rounds its grid up to whole clusters and swizzles: a tile past the output
+    // has no counter or partial of its own, and its index could alias another tile's.
+    const int res_m = int(get<0>(residue_mnk)), res_n = int(get<1>(residue_mnk));
+    if (res_m <= 0 || res_n <= 0) return;
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord_mnkl;
     const int splits = int(get<3>(problem_shape_mnkl));
     const int tiles_n = (int(get<1>(problem_shape_mnkl)) + TileN - 1) / TileN;
@@ -450,7 +454,6 @@ class FixupEpilogue : public cutsearch_staged::BaseTypes<Base> {
 
     // y from the sums, element by element where the tile's coordinates fall inside it (the
     // outputs split-K serves are small). Batch index 0: the slices share one y.
-    const int res_m = int(get<0>(residue_mnk)), res_n = int(get<1>(residue_mnk));
     const int64_t m0 = int64_t(m_coord) * TileM, n0 = int64_t(n_coord) * TileN;
     ThreadEpilogueOp op(params.args.thread);
     const bool source = op.is_source_needed();

@@ -83,6 +83,11 @@ CASES = {
     "split-k-fixup-tiny-f16": (Layer(m=5, n=40, k=512, dtype="f16", bias=True, activation="relu"),
                                Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong",
                                       epilogue_schedule="fixup", split_k=True)),
+    # 5 x 6 tiles, which a 2x1 cluster and a swizzle of 4 round up to 8 x 8: the scheduler hands
+    # out tiles past the output (a search of 298x384x7936 crashed on them).
+    "split-k-fixup-ragged": (Layer(m=298, n=384, k=2048, dtype="f16", bias=False, activation="gelu"),
+                             Config(tile_m=64, tile_n=64, tile_k=64, cluster_m=2, kernel_schedule="pingpong",
+                                    epilogue_schedule="fixup", split_k=True)),
     # The non-persistent kernel (a grid of all the tiles): swapped with a cluster, y's unaligned
     # rows stored by nosmem, and M = 1 with x and y copied.
     "ws-swapped-cluster": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
@@ -162,6 +167,18 @@ def test_row_views_compute_the_layer(built):
             knobs = tuple(k for k in knob_grid(config, layer) if k.raster < 2 and k.swizzle == 1 and not k.pdl)
             assert {k.views for k in knobs} == {0, 1}, name
             assert_every_variant_passes(worker, built, name, knobs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["split-k-fixup-ragged", "split-k-fixup-swapped"])
+def test_the_fixup_computes_the_layer_under_every_raster_and_swizzle(built, name):
+    """Every knob the search measures on a fixup kernel, the swizzles that round the grid up
+    included, passes the float64 check."""
+    layer, config = CASES[name]
+    knobs = tuple(knob_grid(config, layer))
+    assert {k.swizzle for k in knobs} >= {1, 4} and {k.raster for k in knobs} == {1, 2}
+    with WorkerProcess(0) as worker:
+        assert_every_variant_passes(worker, built, name, knobs)
 
 
 def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> None:

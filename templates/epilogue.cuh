@@ -438,6 +438,9 @@ class FixupEpilogue : public cutsearch_staged::BaseTypes<Base> {
     if (!*last) return;
     __threadfence();  // every other slice's partial is read after its count
 
+    // Every slice's partial from the workspace, this one's too (this thread wrote it): the
+    // accumulators are then dead, and the sums take their registers. Kept live beside the sums,
+    // they spilled (64x160 and 128x96 pingpong, nvcc 13.0).
     float sum[Frag];
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < Frag; ++i) sum[i] = 0.f;
@@ -445,9 +448,7 @@ class FixupEpilogue : public cutsearch_staged::BaseTypes<Base> {
       const float4* theirs = part(s);
       CUTLASS_PRAGMA_UNROLL
       for (int q = 0; q < Quads; ++q) {
-        const float4 p = s == int(l_coord) ? make_float4(accumulators(4 * q), accumulators(4 * q + 1),
-                                                         accumulators(4 * q + 2), accumulators(4 * q + 3))
-                                           : __ldcg(theirs + q * Threads);
+        const float4 p = __ldcg(theirs + q * Threads);
         sum[4 * q] += p.x; sum[4 * q + 1] += p.y; sum[4 * q + 2] += p.z; sum[4 * q + 3] += p.w;
       }
     }

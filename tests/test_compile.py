@@ -212,6 +212,23 @@ def test_ptxas_report_reads_registers_spills_and_stack():
     assert (bad.registers, bad.spill_bytes, bad.stack_bytes) == (255, 24, 24)
 
 
+# Measured: nvcc 13.0's report of a bf16 split-K kernel with GELU; its reduction kernel spills.
+PTXAS_WITH_REDUCTION = """ptxas info    : Compiling entry function '_ZN16cutsearch_reduce10sum_splitsIN7cutlass10bfloat16_tELi2EEEvPT_PKfxxiPKS3_b' for 'sm_90a'
+ptxas info    : Function properties for _ZN16cutsearch_reduce10sum_splitsIN7cutlass10bfloat16_tELi2EEEvPT_PKfxxiPKS3_b
+    8 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 38 registers, used 0 barriers
+""" + PTXAS_CLEAN
+
+
+def test_the_shared_copy_and_reduction_kernels_do_not_make_a_gemm_defective():
+    """A translation unit shares them among its kernels: their spills were blamed on every GEMM
+    built in a unit with a GELU or SiLU split-K kernel."""
+    report = PtxasReport.parse(PTXAS_WITH_REDUCTION)
+    assert (report.registers, report.spill_bytes, report.stack_bytes, report.defect) == (168, 0, 0, None)
+    assert PtxasReport.parse(PTXAS_WITH_REDUCTION, helpers=True).spill_bytes == 16
+    assert PtxasReport.parse(PTXAS_BAD + PTXAS_WITH_REDUCTION).spill_bytes == 24  # the GEMM's own still count
+
+
 def test_serialized_wgmma_is_a_defect_even_with_spills():
     assert "C7510" in PtxasReport.parse(PTXAS_BAD).defect
     spills_only = PtxasReport.parse(PTXAS_BAD.replace("(C7510)", ""))

@@ -13,7 +13,7 @@ import pytest
 
 from cutsearch import codegen
 from cutsearch.cache import Cache
-from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
+from cutsearch.compiler import CompiledKernel, Compiler, PtxasReport, Toolchain
 
 HARNESS = Path(__file__).parent / "copy" / "copy_harness.cu"
 
@@ -38,7 +38,7 @@ def harness(tmp_path_factory) -> CompiledKernel:
 @pytest.mark.nvcc
 def test_the_copy_kernels_build_without_spills(harness):
     assert harness.library.is_file()
-    assert harness.ptxas.spill_bytes == 0
+    assert PtxasReport.parse(harness.log, helpers=True).spill_bytes == 0
 
 
 @pytest.mark.gpu

@@ -340,13 +340,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 HELPERS = ("cutsearch_copy", "cutsearch_reduce")  # the namespaces of the copy and reduction kernels
+_PTXAS_FUNCTION = re.compile(r"(?:entry function|Function properties for|function) '?(\w+)")  # a report's function
 
 
 def _without_helpers(log: str) -> str:
     """A ptxas report without the lines about the copy and reduction kernels' functions."""
     keep, current = [], True
     for line in log.splitlines():
-        named = re.search(r"(?:entry function|Function properties for|function) '?(\w+)", line)
+        named = _PTXAS_FUNCTION.search(line)
         if named:
             current = not any(h in named[1] for h in HELPERS)
         if current:
@@ -363,7 +364,7 @@ def _own_ptxas_log(log: str, code: str) -> str:
     own = found[1]
     keep, current = [], True
     for line in log.splitlines():
-        named = re.search(r"(?:entry function|Function properties for|function) '?(\w+)", line)
+        named = _PTXAS_FUNCTION.search(line)
         if named:
             current = own in named[1] or re.search(r"cs_[0-9a-f]{16}", named[1]) is None
         if current or own in line:

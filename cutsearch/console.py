@@ -191,6 +191,8 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
         summary.add_row("cuBLASLt, ReLU fused", f"{_us(d.verdict.fallback_us)} in the race (the fallback's library)")
     summary.add_row("roofline floor", f"{d.layer.floor_us:.1f} µs" + (
         "" if d.fraction_of_floor is None else f" ({100 * d.fraction_of_floor:.0f}% reached)"))
+    if d.gpu:
+        summary.add_row("measured on", d.gpu)
     summary.add_row("trials", f"{d.trials} ({len(d.measured)} completed, {len(d.failed)} failed"
                     + (f", {d.pending} pending" if d.pending else "") + ")"
                     + (f"; {sum(d.rejected.values())} proposals refused by space rules" if d.rejected else ""))

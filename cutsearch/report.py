@@ -58,6 +58,7 @@ class Digest:
     cached_builds: int
     sources: tuple[str, ...]           # "measured", "recorded", "predicted"
     race: dict | None = None           # the race that ended the last search (verdict.judge)
+    gpu: str | None = None             # the GPU model its times were measured on (search.open_study)
 
     @property
     def trials(self) -> int:
@@ -170,7 +171,7 @@ def digest_of(study: optuna.Study) -> Digest:
     return Digest(study=study.study_name, layer=Layer.from_dict(layer_attrs, name=study.study_name),
                   measured=tuple(measured), failed=tuple(failed), rejected=dict(rejected.most_common()),
                   pending=pending, builds=tuple(builds), cached_builds=cached, sources=tuple(sorted(sources)),
-                  race=study.user_attrs.get("race"))
+                  race=study.user_attrs.get("race"), gpu=study.user_attrs.get("gpu"))
 
 
 def _config_key(trial: FrozenTrial) -> str:
@@ -414,6 +415,7 @@ def _header(d: Digest) -> str:
             + ("; the export ships it" if d.verdict.fallback_wins else ""))] if d.verdict.fallback_us else []),
         ("roofline floor", f"{layer.floor_us:.1f} µs" + (f", {100 * d.fraction_of_floor:.0f}% reached"
                                                            if d.fraction_of_floor else "")),
+        *([("measured on", d.gpu)] if d.gpu else []),
         ("trials", f"{d.trials} ({len(d.measured)} completed, {len(d.failed)} failed"
                    + (f", {d.pending} pending" if d.pending else "") + ")"),
         ("failures", ", ".join(f"{k} {v}" for k, v in d.failures.items()) or "none"),

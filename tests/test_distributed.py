@@ -144,6 +144,8 @@ def test_a_host_with_another_gpu_cannot_join_a_study(storage, monkeypatch):
     from cutsearch.pool import WorkerProcess
     from cutsearch.problem import Layer
     from cutsearch.search import default_cache_dir
+    from cutsearch.console import print_study
+    from rich.console import Console
     from tests import fakes
 
     monkeypatch.setattr(codegen, "render", lambda layer, config: fakes.fault_source("correct", tag=config.key))
@@ -168,6 +170,10 @@ def test_a_host_with_another_gpu_cannot_join_a_study(storage, monkeypatch):
         assert sum(map(counts, held.get_trials(deepcopy=False))) == 2  # the H100 added nothing
         assert held.user_attrs["gpu"] == "NVIDIA H200 (fake)"
         assert tune_on("NVIDIA H200 (fake)", 4).trials == 4  # the same GPU model resumes it
+        console = Console(record=True, width=200)
+        print_study(console, study, storage=url)
+        lines = console.export_text().splitlines()
+        assert any("measured on" in line and "NVIDIA H200 (fake)" in line for line in lines)
     finally:
         if storage:
             optuna.delete_study(study_name=study, storage=open_storage(url))

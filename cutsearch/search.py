@@ -114,7 +114,8 @@ def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseSt
                 study.set_user_attr("gpu", device_name)
             elif measured_on != device_name:
                 raise UserError(f"study {study_name!r} is measured on {measured_on}, and this GPU is {device_name}: "
-                                "times of different GPUs are never ranked together; choose another --study name")
+                                "times of different GPUs are never ranked together; give this GPU a study of its "
+                                "own (another --study, or another --studies-dir)")
     return study
 
 

@@ -72,6 +72,9 @@ def cfg(**kw) -> Config:
     (Layer(m=16, n=4096, k=4096), cfg(kernel_schedule="pingpong", epilogue_schedule="fixup", split_k=True),
      "the fixup epilogue beside 128 accumulator registers a thread spills registers"),
     (Layer(m=16, n=4096, k=4096), cfg(tile_n=256, epilogue_schedule="fixup", split_k=True), "spills registers"),
+    (Layer(m=8, n=1000, k=8192, dtype="bf16", bias=True, activation="gelu"),
+     cfg(tile_m=64, tile_n=160, kernel_schedule="pingpong", epilogue_schedule="fixup", split_k=True),
+     "the fixup epilogue with GELU beside 80 or more accumulator registers a thread spills registers"),
     (ALIGNED, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid"),
      "the ws schedule launches a CTA a tile: 2048 tiles are more than one wave of 132 SMs"),
     (UNALIGNED_N, cfg(kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="staged"),
@@ -110,6 +113,9 @@ def test_invalid_reason_names_the_broken_rule(layer, config, reason):
     (SMALL, cfg(kernel_schedule="ws", tile_scheduler="grid")),            # 128x128 in one warpgroup
     (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=192, kernel_schedule="pingpong", epilogue_schedule="fixup",
                                       split_k=True)),                    # the fixup's largest pingpong tile
+    (Layer(m=8, n=1000, k=8192, dtype="bf16", bias=True, activation="gelu"),
+     cfg(tile_m=64, tile_n=128, kernel_schedule="pingpong", epilogue_schedule="fixup",
+         split_k=True)),                                                 # GELU's beside 64 accumulators
     (UNALIGNED_N, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="nosmem")),
     # The direct epilogue fuses the activation, on each schedule that has a nosmem epilogue.
     (dataclasses.replace(ODD, bias=True, activation="gelu"), cfg(epilogue_schedule="direct", pad=True)),

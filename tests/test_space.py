@@ -451,25 +451,38 @@ def test_default_space_leaves_out_deep_k_tiles_and_clusters_of_four_which_stay_s
     assert not any(c.tile_k == 256 or c.cluster_m * c.cluster_n == 4 for c in Space(layer))
 
 
-def test_the_gelu_spill_rule_refuses_exactly_the_recorded_spills():
-    """Recorded H200 builds (nvcc 13.0) of GELU after a bias: every swapped config with 128
-    accumulator registers a thread that the rule refuses spilled, and no recorded build that it
-    refuses was clean."""
+def _recorded_gelu_builds(pattern: str) -> list[tuple[Layer, Config, bool]]:
+    """(layer, config, spilled) of every recorded H200 build (nvcc 13.0) of a GELU layer."""
     from cutsearch.efficiency import Recording
     from cutsearch.errors import UserError
     from cutsearch.outcome import Failure
 
     recorded = Path(__file__).resolve().parent.parent / "studies" / "recorded"
     outcomes = {}
-    for path in sorted(recorded.glob("*/*.json")):
+    for path in sorted(recorded.glob(pattern)):
         try:
             rec = Recording.load(path)
         except UserError:  # summaries and other JSON files beside the recordings
             continue
-        if rec.layer.activation == "gelu" and rec.layer.bias:
+        if rec.layer.activation == "gelu":
             for e in rec.evaluations:
                 spilled = isinstance(e.outcome, Failure) and "spilled" in e.outcome.message
-                outcomes[(rec.layer.shape, rec.layer.dtype, e.config.key)] = (rec.layer, e.config, spilled)
-    refused = [spilled for layer, config, spilled in outcomes.values()
-               if "GELU after a bias" in (invalid_reason(layer, config) or "")]
+                outcomes[(rec.layer.shape, rec.layer.dtype, rec.layer.bias, e.config.key)] = (rec.layer, e.config,
+                                                                                              spilled)
+    return list(outcomes.values())
+
+
+def test_the_gelu_spill_rule_refuses_exactly_the_recorded_spills():
+    """Recorded H200 builds (nvcc 13.0) of GELU after a bias: every swapped config with 128
+    accumulator registers a thread that the rule refuses spilled, and no recorded build that it
+    refuses was clean."""
+    refused = [spilled for layer, config, spilled in _recorded_gelu_builds("*/*.json")
+               if layer.bias and "GELU after a bias" in (invalid_reason(layer, config) or "")]
     assert len(refused) == 27 and all(refused)
+
+
+def test_the_fixup_gelu_spill_rule_refuses_only_recorded_spills():
+    """Every recorded build of the fixup epilogue with GELU that the rule refuses spilled."""
+    refused = [spilled for layer, config, spilled in _recorded_gelu_builds("**/*.json")
+               if "fixup epilogue with GELU" in (invalid_reason(layer, config) or "")]
+    assert len(refused) == 10 and all(refused)

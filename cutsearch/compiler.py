@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from cutsearch.cache import Cache
 from cutsearch.codegen import ABI_FUNCTIONS, KernelSource, batch_unit, cutlass_include_dirs, unit_group
@@ -343,16 +343,22 @@ HELPERS = ("cutsearch_copy", "cutsearch_reduce")  # the namespaces of the copy a
 _PTXAS_FUNCTION = re.compile(r"(?:entry function|Function properties for|function) '?(\w+)")  # a report's function
 
 
-def _without_helpers(log: str) -> str:
-    """A ptxas report without the lines about the copy and reduction kernels' functions."""
-    keep, current = [], True
+def _ptxas_lines(log: str, keep: Callable[[str], bool], also: str | None = None) -> list[str]:
+    """The lines of a ptxas report about the functions whose names `keep` accepts (and, given
+    `also`, every line that holds it)."""
+    kept, current = [], True
     for line in log.splitlines():
         named = _PTXAS_FUNCTION.search(line)
         if named:
-            current = not any(h in named[1] for h in HELPERS)
-        if current:
-            keep.append(line)
-    return "\n".join(keep)
+            current = keep(named[1])
+        if current or (also is not None and also in line):
+            kept.append(line)
+    return kept
+
+
+def _without_helpers(log: str) -> str:
+    """A ptxas report without the lines about the copy and reduction kernels' functions."""
+    return "\n".join(_ptxas_lines(log, lambda name: not any(h in name for h in HELPERS)))
 
 
 def _own_ptxas_log(log: str, code: str) -> str:
@@ -362,14 +368,8 @@ def _own_ptxas_log(log: str, code: str) -> str:
     if found is None:
         return log
     own = found[1]
-    keep, current = [], True
-    for line in log.splitlines():
-        named = _PTXAS_FUNCTION.search(line)
-        if named:
-            current = own in named[1] or re.search(r"cs_[0-9a-f]{16}", named[1]) is None
-        if current or own in line:
-            keep.append(line)
-    return "\n".join(keep) + "\n"
+    mine = _ptxas_lines(log, lambda name: own in name or re.search(r"cs_[0-9a-f]{16}", name) is None, also=own)
+    return "\n".join(mine) + "\n"
 
 
 def _disk_problem(exc: OSError, where: Path) -> EnvironmentProblem:

@@ -99,8 +99,8 @@ def _handle(request: Any, state: dict[str, Any]) -> Any:
             raise ValueError(f"unknown fake action {request.action!r}")
         return FakeReply(pid=os.getpid(), served=state["served"], value=request.value)
     if isinstance(request, DeviceInfoRequest):
-        return DeviceInfo(name=os.environ.get(GPU_NAME_ENV, "NVIDIA H200 (fake)"), capability=(9, 0), sm_count=132, l2_bytes=60 * 2**20,
-                          memory_bytes=141 * 10**9, driver="fake", torch="none")
+        return DeviceInfo(name=os.environ.get(GPU_NAME_ENV, "NVIDIA H200 (fake)"), capability=(9, 0), sm_count=132,
+                          l2_bytes=60 * 2**20, memory_bytes=141 * 10**9, driver="fake", torch="none")
     if isinstance(request, MeasureRequest):
         return _fake_measure(request)
     if isinstance(request, RaceRequest):

@@ -229,6 +229,24 @@ def test_the_shared_copy_and_reduction_kernels_do_not_make_a_gemm_defective():
     assert PtxasReport.parse(PTXAS_BAD + PTXAS_WITH_REDUCTION).spill_bytes == 24  # the GEMM's own still count
 
 
+def test_a_kernel_of_a_shared_unit_keeps_its_own_and_the_shared_functions_report():
+    from cutsearch.compiler import _own_ptxas_log
+
+    def gemm(ns: str, spills: int) -> str:
+        name = f"_ZN7cutlass13device_kernelIN{len(ns)}{ns}6KernelEEEvNT_6ParamsE"
+        return (f"ptxas info    : Compiling entry function '{name}' for 'sm_90a'\n"
+                f"ptxas info    : Function properties for {name}\n"
+                f"    0 bytes stack frame, {spills} bytes spill stores, {spills} bytes spill loads\n"
+                f"ptxas info    : Used 168 registers, used 2 barriers\n")
+
+    mine, theirs = "cs_0123456789abcdef", "cs_fedcba9876543210"
+    log = gemm(theirs, 40) + PTXAS_WITH_REDUCTION.replace(PTXAS_CLEAN, "") + gemm(mine, 0)
+    own = _own_ptxas_log(log, f"namespace {mine} {{ }}")
+    assert mine in own and theirs not in own and "sum_splits" in own  # the shared reduction stays
+    assert PtxasReport.parse(own).spill_bytes == 0 and PtxasReport.parse(own, helpers=True).spill_bytes == 16
+    assert PtxasReport.parse(_own_ptxas_log(log, f"namespace {theirs} {{ }}")).spill_bytes == 80
+
+
 def test_serialized_wgmma_is_a_defect_even_with_spills():
     assert "C7510" in PtxasReport.parse(PTXAS_BAD).defect
     spills_only = PtxasReport.parse(PTXAS_BAD.replace("(C7510)", ""))

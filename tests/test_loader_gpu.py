@@ -1,8 +1,7 @@
 """The exported kernel through `cutsearch.load`, on the GPU, in a fresh process.
 
-The first test needs an export with a real kernel: CUTSEARCH_TEST_EXPORT names its directory (for
-example `cutsearch export <study> --out exports/<study>` after a search on the H200). The layout
-tests search and export their own (two kernels each).
+Each test searches and exports its own kernel (two trials). The first test runs the export that
+CUTSEARCH_TEST_EXPORT names instead, where it is set (say, one from a long search on the H200).
 """
 
 from __future__ import annotations
@@ -67,6 +66,31 @@ graph.replay()
 torch.cuda.synchronize()
 assert err(y3) < 1e-2, ("graph replay", err(y3))
 
+# New buffers for x and y, then the first ones again: the call must follow every move (the
+# loader skips re-binding only while both pointers stay put).
+x2 = torch.randn_like(x)
+ref2 = act(x2.double() @ w.double().T + (b.double() if b is not None else 0))
+y4 = torch.full_like(y, float("nan"))
+fc(x2, out=y4)
+y.fill_(float("nan"))
+fc(x, out=y)
+y5 = torch.full_like(y, float("nan"))
+fc(x, out=y5)
+torch.cuda.synchronize()
+err4 = float(torch.linalg.norm(y4.double() - ref2) / torch.linalg.norm(ref2))
+assert err4 < 1e-2 and err(y) < 1e-2 and err(y5) < 1e-2, ("moved buffers", err4, err(y), err(y5))
+
+# prepare() with other weights, the buffers unchanged: the call must use the new W and b.
+w2 = torch.randn_like(w)
+b2 = torch.randn_like(b) if b is not None else None
+fc.prepare(w2, b2)
+fc(x, out=y5)
+torch.cuda.synchronize()
+ref3 = act(x.double() @ w2.double().T + (b2.double() if b2 is not None else 0))
+err5 = float(torch.linalg.norm(y5.double() - ref3) / torch.linalg.norm(ref3))
+assert err5 < 1e-2, ("new weights", err5)
+fc.prepare(w, b)
+
 # A wrong M is an error unless other M are allowed; then it is still correct.
 try:
     fc(x[: m // 2].contiguous())
@@ -81,11 +105,32 @@ print("ok", err(y), err(y2), err(y3))
 """
 
 
-@pytest.mark.skipif(not EXPORT, reason="set CUTSEARCH_TEST_EXPORT to an export directory with a real kernel")
-def test_exported_kernel_in_a_fresh_process_is_correct_eager_on_a_side_stream_and_in_a_cuda_graph():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, EXPORT], capture_output=True, text=True, timeout=300)
+def _search_and_export(layer: Layer, out: Path) -> Path:
+    """A two-trial search's kernel, exported; a skip where cuBLAS won (the export would be its
+    fallback, which test_fallback_gpu covers)."""
+    study = f"load-{layer.slug}"
+    result = cutsearch.tune(layer, trials=2, evaluator="gpu", study=study, command="pytest export through load")
+    assert result.best is not None, f"no candidate ran correctly: {result.failures}"
+    if result.best.median_us >= result.cublas_us:
+        pytest.skip(f"cuBLAS won ({result.cublas_us:.1f} against {result.best.median_us:.1f} µs)")
+    return export(study, out=out)
+
+
+def _run_script(script: str, exported: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", script, str(exported)], capture_output=True, text=True,
+                          timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")
+
+
+@pytest.mark.nvcc
+def test_exported_kernel_in_a_fresh_process_is_correct_eager_on_a_side_stream_and_in_a_cuda_graph(
+        private_dirs, tmp_path):
+    # Unaligned N and K, where cuBLAS is slowest, so that a kernel wins even in two trials.
+    exported = Path(EXPORT) if EXPORT else _search_and_export(
+        Layer(m=300, n=1001, k=999, dtype="bf16", bias=True, activation="gelu"), tmp_path / "export")
+    _run_script(SCRIPT, exported)
 
 
 # A padded or transposed layout through `cutsearch.load`, as an application calls it: x handed over
@@ -129,14 +174,4 @@ print("ok", err(out), err(returned))
     Layer(m=64, n=1001, k=999, dtype="bf16", bias=True, activation="relu", output="transposed"),
 ], ids=["x-and-y-padded-f16", "y-transposed-bf16-relu"])
 def test_a_layout_export_through_load_in_a_fresh_process_is_correct(layer, private_dirs, tmp_path):
-    study = f"layout-{layer.slug}"
-    result = cutsearch.tune(layer, trials=2, evaluator="gpu", study=study, command="pytest layout through load")
-    assert result.best is not None, f"no candidate ran correctly: {result.failures}"
-    if result.best.median_us >= result.cublas_us:  # the export would be the cuBLAS fallback
-        pytest.skip(f"cuBLAS won ({result.cublas_us:.1f} against {result.best.median_us:.1f} µs)")
-    exported = export(study, out=tmp_path / "export")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-c", LAYOUT_SCRIPT, str(exported)], capture_output=True, text=True,
-                          timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("ok")
+    _run_script(LAYOUT_SCRIPT, _search_and_export(layer, tmp_path / "export"))

@@ -46,7 +46,7 @@ def main():
     theirs = timed(lambda: act(F.linear(x, w, b)), reps=50, warmup=5)
     # A bias-free layer may call torch.mm instead: time that too, same inputs, same timer.
     mm = timed(lambda: torch.mm(x, w.t()), reps=50, warmup=5) if b is None and spec["activation"] == "none" else None
-    # Host cost of one call (arguments already prepared), synchronised each time.
+    # Host cost of one call (arguments already bound), the calls queued without waiting for the GPU.
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(200):

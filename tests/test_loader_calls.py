@@ -1,0 +1,134 @@
+"""What `cutsearch.load`'s layer asks of its library per call, without a GPU: arrays that
+describe themselves through __cuda_array_interface__ and a library that records its calls.
+
+The GPU test (tests/test_loader_gpu.py) checks the results when buffers and weights move; this
+one checks the host-side rule behind it: the arguments are bound again exactly when x, y or the
+weights move, and every call launches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cutsearch import loader
+from cutsearch.errors import UserError
+
+M, N, K = 8, 32, 64
+
+
+class Array:
+    """A device array as CuPy or Numba describe one; its address is given, never read."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...]) -> None:
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": "<f2",
+                                         "strides": None, "version": 3}
+        self.shape = shape
+
+
+class Ops:
+    """The array namespace the loader allocates through; allocations get fresh addresses."""
+
+    def __init__(self) -> None:
+        self.next_ptr = 1 << 20
+
+    def empty_like_shape(self, like, shape) -> Array:
+        self.next_ptr += 1 << 16
+        return Array(self.next_ptr, tuple(shape))
+
+    def zeros_like_shape(self, like, shape) -> Array:
+        return self.empty_like_shape(like, shape)
+
+    def bytes(self, like, n: int) -> Array:
+        return self.empty_like_shape(like, (n,))
+
+    def copy_into(self, dst, src) -> None:
+        pass
+
+    def stream(self, stream, device) -> int:
+        return 0 if stream is None else stream
+
+
+class Library:
+    """The C ABI of a kernel library, recording what it is asked."""
+
+    def __init__(self) -> None:
+        self.binds: list[tuple[int, int, int | None, int]] = []
+        self.runs = 0
+        self.created: list[int] = []
+
+    def cs_create(self, handle, m, *rest) -> int:
+        self.created.append(m)
+        return 0
+
+    def cs_workspace_size(self, handle) -> int:
+        return 256
+
+    def cs_bind(self, handle, x, w, b, y, ws) -> int:
+        self.binds.append((x, w, b, y))
+        return 0
+
+    def cs_run(self, handle, stream) -> int:
+        self.runs += 1
+        return 0
+
+    def cs_destroy(self, handle) -> None:
+        pass
+
+
+@pytest.fixture
+def layer(monkeypatch):
+    lib = Library()
+    monkeypatch.setattr(loader, "open_library", lambda path: lib)
+    monkeypatch.setitem(loader._OPS, __name__.split(".")[0], Ops())
+    meta = {"layer": {"M": M, "N": N, "K": K, "dtype": "f16", "bias": True, "activation": "none"},
+            "backend": "cutlass", "library": "kernel.so", "transforms": {"pad_n": N, "pad_k": K}, "knobs": {}}
+    fc = loader.FcLayer(Path("export"), meta, device=0, any_m=True)
+    return fc, lib
+
+
+def test_arguments_are_bound_again_exactly_when_x_y_or_the_weights_move(layer):
+    fc, lib = layer
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    x, y = Array(0x10000, (M, K)), Array(0x20000, (M, N))
+    fc(x, out=y)
+    fc(x, out=y)
+    assert len(lib.binds) == 1 and lib.runs == 2
+    w_ptr, b_ptr = lib.binds[0][1:3]
+    assert lib.binds[0] == (0x10000, w_ptr, b_ptr, 0x20000)
+
+    fc(Array(0x30000, (M, K)), out=y)  # x moves
+    fc(x, out=Array(0x40000, (M, N)))  # y moves
+    fc(x, out=y)  # both back
+    assert [(bx, by) for bx, _, _, by in lib.binds[1:]] == [(0x30000, 0x20000), (0x10000, 0x40000),
+                                                            (0x10000, 0x20000)]
+    fc(x, out=y)
+    assert len(lib.binds) == 4 and lib.runs == 6
+
+    fc.prepare(Array(0x5000, (N, K)), Array(0x6000, (N,)))  # new weights, same buffers
+    fc(x, out=y)
+    assert len(lib.binds) == 5 and lib.binds[-1][1] != w_ptr and lib.binds[-1][2] != b_ptr
+
+
+def test_another_m_gets_its_own_handle_and_binding(layer):
+    fc, lib = layer
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    x, y = Array(0x10000, (M, K)), Array(0x20000, (M, N))
+    half_x, half_y = Array(0x10000, (M // 2, K)), Array(0x20000, (M // 2, N))  # the same addresses
+    fc(x, out=y)
+    fc(half_x, out=half_y)
+    fc(x, out=y)
+    assert lib.created == [M, M // 2] and len(lib.binds) == 3 and lib.runs == 3
+
+
+def test_a_call_before_prepare_or_with_a_wrong_shape_is_a_user_error_and_launches_nothing(layer):
+    fc, lib = layer
+    with pytest.raises(UserError, match="prepare"):
+        fc(Array(0x10000, (M, K)))
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    with pytest.raises(UserError, match=r"\[M, 64\]"):
+        fc(Array(0x10000, (M, K + 1)))
+    with pytest.raises(UserError, match="out must be"):
+        fc(Array(0x10000, (M, K)), out=Array(0x20000, (M, N + 1)))
+    assert lib.binds == [] and lib.runs == 0

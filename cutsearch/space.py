@@ -233,6 +233,12 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         # spills in each of 6 builds (64x160, 64x192 and 64x224 pingpong, bf16 GELU, either
         # orientation), as in all 10 such builds recorded before it; none with a bias alone.
         return "the fixup epilogue with GELU beside 80 or more accumulator registers a thread spills registers"
+    if (c.epilogue_schedule == "fixup" and c.swap_ab and c.kernel_schedule == "pingpong"
+            and (c.tile_m, c.tile_n) == (128, 96)):
+        # ptxas (nvcc 13.0): 408-436 bytes of spills in every such build, whatever the cluster,
+        # dtype or fused epilogue; none for 64x192 pingpong or 256x96 cooperative swapped
+        # (studies/recorded/local-2026-12-02-fixup-spills/).
+        return "the fixup epilogue on a swapped 128x96 pingpong tile spills registers"
     if (layer.activation == "gelu" and layer.bias and c.swap_ab and c.epilogue_schedule == "tma"
             and c.tile_scheduler != "streamk" and full_accumulator):
         # ptxas (nvcc 13.0): 32-48 bytes of spills in each of the 27 such builds recorded on the
@@ -273,7 +279,8 @@ def split_k_pays(layer: Layer) -> bool:
     orientation, would give at most a quarter of the SMs a tile: one kernel cannot then stream W
     fast enough. On the H200, 32x512x16384 went from 23.3 µs in one kernel to 15.0 µs in four
     slices, while decode (64 such tiles swapped, 128 direct) gained nothing
-    (studies/recorded/h200x2-2026-12-01-fixup/)."""
+    (studies/recorded/h200x2-2026-12-01-fixup/). Past the bound, split-K gained 2% on
+    298x384x7936 and lost 24% on 200x640x10240 (studies/recorded/h200-2026-12-02-split-k-fixed/)."""
     tiles = max(-(-layer.m // 64) * -(-layer.n // 32), -(-layer.n // 64) * -(-layer.m // 32))
     return split_k_helps(layer) and layer.k >= SPLIT_K_MIN_K and tiles <= SM_COUNT // 4
 

@@ -486,3 +486,20 @@ def test_the_fixup_gelu_spill_rule_refuses_only_recorded_spills():
     refused = [spilled for layer, config, spilled in _recorded_gelu_builds("**/*.json")
                if "fixup epilogue with GELU" in (invalid_reason(layer, config) or "")]
     assert len(refused) == 10 and all(refused)
+
+
+def test_the_space_refuses_every_fixup_build_of_the_survey_that_spilled_more_than_a_few_bytes():
+    """nvcc 13.0 builds of fixup tiles in three epilogue variants (ptxas reports, recorded; no GPU
+    ran): each one that spilled hundreds of bytes, every swapped 128x96 pingpong build, is refused,
+    and so is nothing that built clean. The 16-byte spills of unswapped 128x96 with a 1x2 cluster
+    stay in the space, where the build's own check fails them."""
+    import json
+
+    path = Path(__file__).resolve().parent.parent / "studies/recorded/local-2026-12-02-fixup-spills/builds.json"
+    builds = [(Layer.from_dict(r["layer"]), Config.from_dict(r["config"]), r["spill_bytes"])
+              for r in json.loads(path.read_text())["records"]]
+    refused = {(layer, config): spill for layer, config, spill in builds if invalid_reason(layer, config)}
+    assert len(builds) == 72
+    assert len(refused) == 9 and min(refused.values()) >= 400  # 3 clusters x 3 epilogue variants
+    assert {spill for layer, config, spill in builds if (layer, config) not in refused} <= {0, 16}
+    assert {(c.tile_m, c.tile_n, c.kernel_schedule, c.swap_ab) for _, c in refused} == {(128, 96, "pingpong", True)}

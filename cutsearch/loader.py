@@ -118,7 +118,10 @@ class FcLayer:
         self._handles: dict[int, tuple[ctypes.c_void_p, int]] = {}
         self._y_shapes: dict[int, tuple[int, int]] = {self.m: self.spec.y_shape}  # per M, off the hot path
         self._w_ptr = self._b_ptr = None
-        self._prepared: tuple[Any, Any] | None = None
+        self._prepared: tuple[Any, Any, Any] | None = None  # (W, W^T, b) as the calls use them
+        # The layout facts each call reads, looked up once: properties cost host time per call.
+        self._x_pitch, self._x_padded = self.spec.x_pitch, self.spec.input == "padded"
+        self._y_layout = self.spec.output
         self._bound: tuple[int, int, int] | None = None  # (M, x, y) of the last cs_bind
         self._workspace: dict[int, Any] = {}
 
@@ -149,7 +152,7 @@ class FcLayer:
             raise UserError(f"b has shape {list(_Tensor(b).shape)}, this layer needs [{self.n}]")
         xp = _namespace(w)
         if self._lib is None:  # the cuBLAS fallback through torch
-            self._prepared = (w, b)
+            self._prepared = (w, w.T, b)
             return self
         wp = xp.zeros_like_shape(w, (self.pad_n, self.pad_k))
         xp.copy_into(wp, w)
@@ -157,7 +160,7 @@ class FcLayer:
         if b is not None:
             bp = xp.zeros_like_shape(b, (self.pad_n,))
             xp.copy_into(bp, b)
-        self._prepared, self._bound = (wp, bp), None
+        self._prepared, self._bound = (wp, None, bp), None
         self._w_ptr = _Tensor(wp).ptr
         self._b_ptr = _Tensor(bp).ptr if bp is not None else None
         return self
@@ -167,10 +170,9 @@ class FcLayer:
         if self._prepared is None:
             raise UserError("call prepare(W, b) once before using the layer")
         xt = _Tensor(x)
-        spec = self.spec
-        if len(xt.shape) != 2 or xt.shape[1] != spec.x_pitch:
-            padded = " (x padded: its row pitch)" if spec.input == "padded" else ""
-            raise UserError(f"x has shape {list(xt.shape)}, this layer needs [M, {spec.x_pitch}]{padded}")
+        if len(xt.shape) != 2 or xt.shape[1] != self._x_pitch:
+            padded = " (x padded: its row pitch)" if self._x_padded else ""
+            raise UserError(f"x has shape {list(xt.shape)}, this layer needs [M, {self._x_pitch}]{padded}")
         m = xt.shape[0]
         if m != self.m and not self.any_m:
             raise UserError(f"x has M={m} rows but the kernel was searched for M={self.m}; "
@@ -182,17 +184,18 @@ class FcLayer:
         if xt.ptr % 16:
             raise UserError("x must be 16-byte aligned")
         xp = _namespace(x)
-        y_shape = self._y_shapes.get(m) or self._y_shapes.setdefault(m, dataclasses.replace(spec, m=m).y_shape)
-        if self._lib is None and out is None and spec.output == "contiguous":
-            return xp.linear(x[:, : self.k] if spec.input == "padded" else x, *self._prepared, self.activation, None)
+        y_shape = self._y_shapes.get(m) or self._y_shapes.setdefault(m, dataclasses.replace(self.spec, m=m).y_shape)
+        if self._lib is None and out is None and self._y_layout == "contiguous":
+            return xp.linear(x[:, : self.k] if self._x_padded else x, *self._prepared, self.activation, None)
         if out is None:
             out = xp.empty_like_shape(x, y_shape)
         yt = _Tensor(out)
         if yt.shape != y_shape or yt.dtype != self.dtype or not yt.contiguous:
-            raise UserError(f"out must be a contiguous {list(y_shape)} {self.dtype} array ({spec.output} y)")
+            raise UserError(f"out must be a contiguous {list(y_shape)} {self.dtype} array ({self._y_layout} y)")
         if self._lib is None:
-            x_view = x[:, : self.k] if spec.input == "padded" else x
-            y_view = out.T if spec.output == "transposed" else out[:, : self.n]
+            x_view = x[:, : self.k] if self._x_padded else x
+            layout = self._y_layout
+            y_view = out if layout == "contiguous" else out.T if layout == "transposed" else out[:, : self.n]
             xp.linear(x_view, *self._prepared, self.activation, y_view)
             return out
         handle, ws_ptr = self._handle(m, xp, x)
@@ -215,7 +218,7 @@ class FcLayer:
             if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
                                    kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
                                    kn.get("decomposition", 0), kn.get("reduction", 0),
-                                   io_flags(self.spec.input == "padded", self.spec.output == "padded",
+                                   io_flags(self._x_padded, self._y_layout == "padded",
                                             bool(kn.get("pdl", 0)), bool(kn.get("views", 0)))):
                 raise RuntimeError("cutsearch: cs_create failed")
             self._workspace[m] = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
@@ -257,7 +260,7 @@ class _TorchOps:
             return self._raw_stream(device)
         return self.torch.cuda.current_stream(device).cuda_stream
 
-    def linear(self, x, w, b, activation, out):
+    def linear(self, x, w, wt, b, activation, out):
         F = self.torch.nn.functional
         if out is None:
             y = F.linear(x, w, b)
@@ -265,9 +268,9 @@ class _TorchOps:
         # Straight into the caller's buffer, with F.linear's own GEMM (addmm fuses the bias), and
         # the activation in place: a copy afterwards cost a launch and a pass over y.
         if b is not None:
-            self.torch.addmm(b, x, w.t(), out=out)
+            self.torch.addmm(b, x, wt, out=out)
         else:
-            self.torch.mm(x, w.t(), out=out)
+            self.torch.mm(x, wt, out=out)
         if activation != "none":
             (self._inplace[activation] or getattr(self.torch.ops.aten, activation + "_"))(out)
         return out
@@ -294,8 +297,8 @@ class _CupyOps:
             return self.cp.cuda.get_current_stream().ptr
         return getattr(stream, "ptr", stream)
 
-    def linear(self, x, w, b, activation, out):
-        y = x @ w.T
+    def linear(self, x, w, wt, b, activation, out):
+        y = x @ wt
         if b is not None:
             y += b
         if activation != "none":

@@ -1,5 +1,6 @@
-"""What `cutsearch.load`'s layer asks of its library per call, without a GPU: arrays that
-describe themselves through __cuda_array_interface__ and a library that records its calls.
+"""What `cutsearch.load`'s layer asks of its library, or of torch, per call, without a GPU:
+arrays that describe themselves through __cuda_array_interface__, and a library and an array
+namespace that record their calls.
 
 The GPU test (tests/test_loader_gpu.py) checks the results when buffers and weights move; this
 one checks the host-side rule behind it: the arguments are bound again exactly when x, y or the
@@ -26,12 +27,17 @@ class Array:
                                          "strides": None, "version": 3}
         self.shape = shape
 
+    @property
+    def T(self) -> Array:
+        return Array(self.__cuda_array_interface__["data"][0], self.shape[::-1])
+
 
 class Ops:
     """The array namespace the loader allocates through; allocations get fresh addresses."""
 
     def __init__(self) -> None:
         self.next_ptr = 1 << 20
+        self.linears: list[tuple] = []
 
     def empty_like_shape(self, like, shape) -> Array:
         self.next_ptr += 1 << 16
@@ -48,6 +54,10 @@ class Ops:
 
     def stream(self, stream, device) -> int:
         return 0 if stream is None else stream
+
+    def linear(self, x, w, wt, b, activation, out):
+        self.linears.append((x, w, wt, b, activation, out))
+        return out
 
 
 class Library:
@@ -132,3 +142,29 @@ def test_a_call_before_prepare_or_with_a_wrong_shape_is_a_user_error_and_launche
     with pytest.raises(UserError, match="out must be"):
         fc(Array(0x10000, (M, K)), out=Array(0x20000, (M, N + 1)))
     assert lib.binds == [] and lib.runs == 0
+
+
+@pytest.mark.parametrize("output", ["contiguous", "transposed"])
+def test_the_torch_fallback_writes_into_the_callers_y_with_w_transposed_once(monkeypatch, output):
+    """GELU has no cuBLASLt epilogue, so the fallback runs F.linear's GEMM through the array
+    namespace: into y itself where y is contiguous (a view per call cost host time), into y^T's
+    transpose otherwise, with W's transpose made once, at prepare()."""
+    ops = Ops()
+    monkeypatch.setitem(loader._OPS, __name__.split(".")[0], ops)
+    monkeypatch.setattr(loader, "open_library", lambda path: pytest.fail("GELU's fallback has no library to open"))
+    meta = {"layer": {"M": M, "N": N, "K": K, "dtype": "f16", "bias": True, "activation": "gelu",
+                      "output": output},
+            "backend": "cublas", "library": "fallback.so", "transforms": {"pad_n": N, "pad_k": K}}
+    fc = loader.FcLayer(Path("export"), meta, device=0, any_m=False)
+    assert fc.via == "torch"
+    w, b = Array(0x1000, (N, K)), Array(0x2000, (N,))
+    fc.prepare(w, b)
+    x = Array(0x10000, (M, K))
+    y = Array(0x20000, (M, N) if output == "contiguous" else (N, M))
+    assert fc(x, out=y) is y and fc(x, out=y) is y
+    (x1, w1, wt1, b1, act1, out1), (_, _, wt2, _, _, out2) = ops.linears
+    assert (x1, w1, b1, act1) == (x, w, b, "gelu") and wt1.shape == (K, N) and wt2 is wt1
+    if output == "contiguous":
+        assert out1 is y and out2 is y
+    else:
+        assert out1.shape == (M, N) and out1.__cuda_array_interface__["data"][0] == 0x20000

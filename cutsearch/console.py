@@ -125,6 +125,8 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
     if s.get("ships") == "the fallback's fused cuBLASLt":
         console.print("[yellow]cuBLASLt with the ReLU fused won the race: an export will call the fallback's "
                       "library[/]")
+    elif s.get("tie"):
+        console.print(f"[yellow]the best kernel ran at {s['tie']} with cuBLAS: an export will call cuBLAS[/]")
     elif s["cublas_wins"]:
         console.print("[yellow]cuBLAS is faster for this layer: an export will call cuBLAS instead[/]")
 
@@ -208,6 +210,8 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
     if d.verdict.fallback_wins:
         console.print(f"[yellow]cuBLASLt with the ReLU fused ({_us(d.verdict.fallback_us)}) won the race: "
                       "an export will call the fallback's library[/]")
+    elif d.verdict.tie:
+        console.print(f"[yellow]the best kernel ran at {d.verdict.tie} with cuBLAS: an export will call cuBLAS[/]")
     elif d.speedup is not None and d.speedup < 1:
         console.print("[yellow]cuBLAS is faster for this layer: an export will call cuBLAS instead[/]")
 

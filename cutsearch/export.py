@@ -37,7 +37,7 @@ def export(study: str, *, out: Path | None = None, storage: str | None = None, w
     with persist.locked(best):  # a search of the study may replace best/ meanwhile
         meta = persist.verify_dir(best) if best.exists() else None
         judged, reason = _judge(study, ws.storage_url(study, storage), meta)
-        if judged is not None and judged["speedup"] >= 1.0 and "fallback_us" not in judged:
+        if judged is not None and judged["speedup"] >= 1.0 and "fallback_us" not in judged and "tie" not in judged:
             files, body = _kernel_export(layer, best, {**meta, **judged}, reason)
         else:
             files, body = _fallback_export(layer, reason, judged or meta)
@@ -61,7 +61,7 @@ def _judge(study: str, url: str, meta: dict[str, Any] | None) -> tuple[dict[str,
     last trials, by another worker, or by an older cutsearch. Returns the kernel's time,
     cublas_us and speedup, or None and why the export calls cuBLAS.
     """
-    from cutsearch.verdict import judge, records, verdict_cublas_us
+    from cutsearch.verdict import judge, records, tie, verdict_cublas_us
     from cutsearch.storage import load_study
 
     if meta is None:
@@ -89,8 +89,11 @@ def _judge(study: str, url: str, meta: dict[str, Any] | None) -> tuple[dict[str,
     if cublas_us is None:
         return None, "the best kernel has no cuBLAS comparison"
     speedup = cublas_us / kernel_us
-    return ({"kernel_us": kernel_us, "cublas_us": cublas_us, "speedup": speedup},
-            f"the best kernel ran at {speedup:.2f}x cuBLAS ({verdict.basis})")
+    judged = {"kernel_us": kernel_us, "cublas_us": cublas_us, "speedup": speedup}
+    won = verdict.rounds_won.get(held.number) if verdict.rounds_won is not None else None
+    if (even := tie(speedup, won, verdict.rounds)) is not None:
+        return {**judged, "tie": even}, f"the best kernel ran at {even} ({verdict.basis})"
+    return judged, f"the best kernel ran at {speedup:.2f}x cuBLAS ({verdict.basis})"
 
 
 def _check_target(target: Path, force: bool) -> None:

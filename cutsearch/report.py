@@ -104,12 +104,14 @@ class Digest:
         return dict(collections.Counter(f.kind for f in self.failed).most_common())
 
     def race_cell(self, number: int) -> str | None:
-        """A trial's median in the race that stands ("-" if it did not race, "failed" if it failed
-        its check there), or None where no race stands."""
-        raced = self.verdict.raced_us
-        if raced is None:
+        """A trial's median in the race that stands, with the rounds it beat cuBLAS in ("-" if
+        it did not race, "failed" if it failed its check there), or None where no race stands."""
+        v = self.verdict
+        if v.raced_us is None:
             return None
-        return f"{raced[number]:.1f}" if number in raced else "failed" if number in self.race["trials"] else "-"
+        if number in v.raced_us:
+            return f"{v.raced_us[number]:.1f} ({v.rounds_won[number]}/{v.rounds})"
+        return "failed" if number in self.race["trials"] else "-"
 
     def top(self, count: int) -> list[TrialRecord]:
         """The fastest trials, one per config (a replayed config is the same kernel)."""
@@ -407,7 +409,9 @@ def _header(d: Digest) -> str:
         rows += [("best kernel", f"{best.median_us:.1f} µs (trial {best.number}, {best.config.key})")]
     speedup = "-"
     if d.speedup:
-        speedup = f"{d.speedup:.2f}x" + (" (cuBLAS is faster)" if d.speedup < 1 else "")
+        speedup = f"{d.speedup:.2f}x" + (" (cuBLAS is faster)" if d.speedup < 1 else
+                                         f" (in {d.verdict.rounds_won[d.best.number]} of {d.verdict.rounds} "
+                                         "rounds: a tie, the export calls cuBLAS)" if d.verdict.tie else "")
     rows += [
         (CUBLAS, f"{d.cublas_us:.1f} µs ({d.cublas_basis})" if d.cublas_us else "-"),
         ("speedup", speedup),

@@ -73,14 +73,17 @@ class Verdict:
 
     `best` carries its times as judged: from the race where one stands, else its own trial's.
     `raced_us` holds the race's median of each raced trial that passed its check there (None:
-    no race stands). `fallback_us` is the race's median of the export's cuBLAS fallback, where
-    that library fuses the activation and raced.
+    no race stands), and `rounds_won` the race's rounds in which it was faster than cuBLAS.
+    `fallback_us` is the race's median of the export's cuBLAS fallback, where that library fuses
+    the activation and raced.
     """
 
     best: TrialRecord | None
     cublas_us: float | None
     basis: str
     raced_us: dict[int, float] | None = None
+    rounds_won: dict[int, int] | None = None
+    rounds: int | None = None
     fallback_us: float | None = None
 
     @property
@@ -90,8 +93,36 @@ class Verdict:
         return self.cublas_us / best.median_us if best and best.median_us and self.cublas_us else None
 
     @property
+    def steady(self) -> bool:
+        """Whether the best kernel was faster than cuBLAS in every round of the race (True where
+        no race stands). A faster median that loses some rounds is a tie: on the H200, 2792x64x256
+        won 3 of 5 rounds, 1.05x by the median, and its export ran at 0.96x from a fresh process
+        (studies/recorded/h200-2026-12-02-random3/)."""
+        if self.rounds_won is None or self.best is None:
+            return True
+        return self.rounds_won.get(self.best.number) == self.rounds
+
+    @property
+    def tie(self) -> str | None:
+        """Why the best kernel does not ship though its median beat cuBLAS's (see tie)."""
+        won = self.rounds_won.get(self.best.number) if self.rounds_won is not None and self.best else None
+        return tie(self.speedup, won, self.rounds)
+
+    @property
+    def kernel_ships(self) -> bool:
+        """Whether an export ships the best kernel rather than a cuBLAS fallback."""
+        return self.speedup is not None and self.speedup >= 1.0 and self.steady and not self.fallback_wins
+
+    @property
     def fallback_wins(self) -> bool:
         return fallback_wins(self.best.median_us if self.best else None, self.cublas_us, self.fallback_us)
+
+
+def tie(speedup: float | None, won: int | None, rounds: int | None) -> str | None:
+    """A kernel faster than cuBLAS by the race's median, but not in every round: a tie, not a win."""
+    if speedup is None or speedup < 1.0 or won is None or won == rounds:
+        return None
+    return f"{speedup:.2f}x cuBLAS by the race's median, but faster in only {won} of its {rounds} rounds: a tie"
 
 
 def fallback_wins(kernel_us: float | None, cublas_us: float | None, fallback_us: float | None) -> bool:
@@ -137,10 +168,14 @@ def _race_verdict(measured: list[TrialRecord], race: dict[str, Any] | None) -> V
     if not raced:
         return Verdict(best=None, cublas_us=cublas_us, raced_us={}, fallback_us=fallback_us,
                        basis=f"every contender failed its check in the race{also}")
-    number = min(raced, key=lambda n: (raced[n], n))
+    won = {n: sum(k < c for k, c in zip(us, race["cublas_us"]))
+           for n, us in zip(race["trials"], race["kernel_us"]) if us}
+    # The fastest of those faster than cuBLAS in every round, if any is.
+    steady = [n for n in raced if won[n] == len(race["cublas_us"])]
+    number = min(steady or raced, key=lambda n: (raced[n], n))
     best = dataclasses.replace(by_number[number], median_us=raced[number], cublas_us=cublas_us)
-    return Verdict(best=best, cublas_us=cublas_us, raced_us=raced, fallback_us=fallback_us,
-                   basis=f"a race of {len(race['trials'])} kernels{also} and cuBLAS, {rounds}")
+    return Verdict(best=best, cublas_us=cublas_us, raced_us=raced, rounds_won=won, rounds=len(race["cublas_us"]),
+                   fallback_us=fallback_us, basis=f"a race of {len(race['trials'])} kernels{also} and cuBLAS, {rounds}")
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:

@@ -151,10 +151,11 @@ def test_the_export_judges_the_kernel_from_the_study_not_from_a_stale_best_direc
     assert exported["backend"] == "cublas" and reason in exported["fallback_reason"]
 
 
-@pytest.mark.parametrize("outcome", ["lost", "failed"])
+@pytest.mark.parametrize("outcome", ["lost", "tied", "failed"])
 def test_the_export_follows_the_race_that_ended_the_search(tmp_path, monkeypatch, outcome):
-    """A kernel whose trials beat cuBLAS but whose race did not (or that failed its check in the
-    race) ships the fallback; the race's own figures go into the export."""
+    """A kernel whose trials beat cuBLAS but whose race did not (or only by its median, not in
+    every round; or that failed its check in the race) ships the fallback; the race's own
+    figures go into the export."""
     ws = _study(tmp_path, "fast", speedup_high=True, monkeypatch=monkeypatch)
     study = optuna.load_study(study_name="fast", storage=open_storage(ws.storage_url("fast", None)))
     race = study.user_attrs["race"]
@@ -170,6 +171,11 @@ def test_the_export_follows_the_race_that_ended_the_search(tmp_path, monkeypatch
     if outcome == "lost":
         race["kernel_us"] = [[10 * c for c in race["cublas_us"]] if us else us for us in race["kernel_us"]]
         reason = "ran at 0.10x cuBLAS (a race of"
+    elif outcome == "tied":  # 0.9x cuBLAS's time in every round but the first, 1.1x in that one
+        race["kernel_us"] = [[(1.1 if r == 0 else 0.9) * c for r, c in enumerate(race["cublas_us"])] if us else us
+                             for us in race["kernel_us"]]
+        rounds = len(race["cublas_us"])
+        reason = f"but faster in only {rounds - 1} of its {rounds} rounds: a tie"
     else:
         race["kernel_us"][at] = None
         reason = "did not pass the race"
@@ -177,6 +183,9 @@ def test_the_export_follows_the_race_that_ended_the_search(tmp_path, monkeypatch
     target = export("fast", out=tmp_path / "export", workspace=ws)
     exported = json.loads((target / "meta.json").read_text())
     assert exported["backend"] == "cublas" and reason in exported["fallback_reason"]
+    assert exported["speedup"] == 1.0
+    if outcome == "tied":
+        assert exported["best_kernel_speedup"] == pytest.approx(1 / 0.9)
 
 
 @pytest.mark.parametrize(("activation", "output", "via_library"), [

@@ -2,7 +2,7 @@
 
 The trial records are made up for these tests, and so are the race times planted in the racing
 evaluator. The search tests replay studies/recorded/h200-2026-12-01-random/random1.json, a search
-measured on one H200; nothing here is measured.
+measured on one H200, and two tests judge recorded races again; nothing here is measured.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
+import optuna
 import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -24,7 +25,7 @@ from cutsearch.evaluator import ReplayEvaluator
 from cutsearch.outcome import Failure, FailureKind, Race
 from cutsearch.problem import Layer
 from cutsearch.search import search
-from cutsearch.verdict import TrialRecord, contenders, judge
+from cutsearch.verdict import TrialRecord, contenders, judge, records
 from cutsearch.space import Config, Space
 from cutsearch.suite import record
 from cutsearch.tuner import summary
@@ -86,6 +87,41 @@ def test_a_contender_that_fails_its_check_in_the_race_cannot_win():
     nobody = judge(RECORDS, _race(field, [None] * 4, [10.0]))
     assert nobody.best is None and nobody.raced_us == {} and nobody.speedup is None
     assert "every contender failed" in nobody.basis
+
+
+def test_the_fastest_kernel_faster_than_cublas_in_every_round_is_the_one_that_ships():
+    field = contenders(RECORDS)
+    # Trial 0 has the lowest median but loses the second round; trial 1 wins all three.
+    race = _race(field, [[9.0, 10.5, 9.1], [9.5, 9.7, 9.6], [11.0] * 3, [10.5] * 3], [10.0, 10.2, 10.1])
+    verdict = judge(RECORDS, race)
+    assert verdict.rounds_won == {0: 2, 1: 3, 4: 0, 5: 0} and verdict.rounds == 3
+    assert verdict.best.number == 1 and verdict.steady and verdict.kernel_ships and verdict.tie is None
+
+
+def test_a_kernel_faster_by_the_median_but_not_in_every_round_is_a_tie_and_does_not_ship():
+    field = contenders(RECORDS)
+    race = _race(field, [[9.0, 10.5, 9.1], [9.5, 10.3, 9.6], [11.0] * 3, [10.5] * 3], [10.0, 10.2, 10.1])
+    verdict = judge(RECORDS, race)
+    assert verdict.best.number == 0 and verdict.speedup == pytest.approx(10.1 / 9.1)
+    assert not verdict.steady and not verdict.kernel_ships
+    assert verdict.tie == "1.11x cuBLAS by the race's median, but faster in only 2 of its 3 rounds: a tie"
+    beaten = judge(RECORDS, _race(field, [[10.5] * 3, [10.6] * 3, [11.0] * 3, [10.7] * 3], [10.0, 10.2, 10.1]))
+    assert not beaten.kernel_ships and beaten.tie is None  # slower: cuBLAS is faster, not a tie
+
+
+@pytest.mark.parametrize(("study", "ships"), [("draw3_0", False), ("draw2_0", True)])
+def test_the_recorded_races_of_two_random_layers(tmp_path, study, ships):
+    """Recorded on one H200 (studies/recorded/h200-2026-12-02-random2 and -random3). 2792x64x256's
+    best kernel beat cuBLAS by the race's median (1.05x) in 3 of 5 rounds, and its export ran at
+    0.96x from a fresh process; 5x358x134's won every round, and its export ran at 1.20x."""
+    run = "random3" if study.startswith("draw3") else "random2"
+    recorded = ROOT / "studies" / "recorded" / f"h200-2026-12-02-{run}" / "journals" / f"{study}.journal.log.gz"
+    journal = tmp_path / "journal.log"
+    journal.write_bytes(gzip.decompress(recorded.read_bytes()))
+    loaded = optuna.load_study(study_name=study, storage=JournalStorage(JournalFileBackend(str(journal))))
+    verdict = judge(records(loaded), loaded.user_attrs["race"])
+    assert verdict.speedup > 1.0 and verdict.kernel_ships is ships and (verdict.tie is None) is ships
+    assert verdict.rounds == 5 and max(verdict.rounds_won.values()) == (5 if ships else 3)
 
 
 @pytest.mark.parametrize(("fallback_us", "wins"), [(9.0, True), (9.6, False), (10.2, False), (None, False)])
@@ -189,6 +225,24 @@ def test_show_of_a_recorded_study_whose_fused_fallback_won_its_race(tmp_path):
     print_study(console, "random1", storage=str(journal))
     text = console.file.getvalue()
     rows = {row.split("│")[1].strip(): row for row in text.splitlines() if row.count("│") == 9}
-    assert "race µs" in text and "│    18.9 │" in rows["13"] and "│    19.0 │" in rows["20"]
+    assert "race µs" in text and "│ 18.9 (0/5) │" in rows["13"] and "│ 19.0 (0/5) │" in rows["20"]
     assert "18.5 µs (a race of 4 kernels and the fallback's fused cuBLASLt and cuBLAS" in text
     assert "14.9 µs in the race" in text and "ReLU fused (14.9 µs) won the race" in text
+
+
+def test_a_tied_race_is_counted_and_shown_as_the_cublas_fallback(tmp_path, monkeypatch):
+    order = _recorded_order()
+    # Planted: the fastest config beats cuBLAS by its median, but loses the second round.
+    evaluator = RacingReplay(lambda key: [13.0, 15.0, 13.0, 13.0, 13.0] if key == order[0] else [25.0] * 5,
+                             [14.0] * 5)
+    result, _ = _search(tmp_path, evaluator, monkeypatch)
+    assert result.speedup == pytest.approx(14.0 / 13.0) and not result.verdict.kernel_ships
+    line = record("random1", result)
+    assert line["fallback"] and line["speedup"] == 1.0 and line["cutsearch_us"] == 14.0 and line["kernel_us"] == 13.0
+    assert "faster in only 4 of its 5 rounds: a tie" in line["note"]
+    s = summary(result)
+    assert s["ships"] == "cuBLAS" and s["tie"] and s["cublas_wins"]
+    console = Console(record=True, width=160)
+    print_summary(console, s)
+    text = console.export_text()
+    assert "4 of its 5 rounds: a tie with cuBLAS: an export will call cuBLAS" in text and "cuBLAS is faster" not in text

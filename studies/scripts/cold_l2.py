@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import torch
 
@@ -25,6 +26,17 @@ def timed(call, reps: int = 30, warmup: int = 3) -> dict:
     us = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
     q = statistics.quantiles(us, n=10)
     return {"median_us": statistics.median(us), "p20_us": q[1], "p80_us": q[7], "reps": reps}
+
+
+def host_us(call, calls: int = 200) -> float:
+    """The host's time per call, the calls queued without waiting for the GPU."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call()
+    spent = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return spent / calls * 1e6
 
 
 PROTOCOL = "cold L2 (256 MiB zeroed before each repetition), CUDA events, median of 30"

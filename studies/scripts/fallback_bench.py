@@ -19,7 +19,6 @@ import argparse
 import ctypes
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -32,7 +31,7 @@ from cutsearch.codegen import cutlass_version, render_fallback
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
 from cutsearch.export import _fallback_export, _write
 from cutsearch.problem import Layer, load_layers
-from cold_l2 import save, timed as cold
+from cold_l2 import host_us, save, timed as cold
 
 LAYERS = {
     "tiny_silu": Layer(m=5, n=7, k=9, dtype="bf16", bias=True, activation="silu"),
@@ -41,17 +40,6 @@ LAYERS = {
     "gelu_mlp": Layer(m=2048, n=8192, k=2048, bias=True, activation="gelu"),
     "unaligned_relu": Layer(m=3000, n=1001, k=999, bias=True, activation="relu"),
 }
-
-
-def host_us(call, calls: int = 200) -> float:
-    """The host's time per call, the calls queued without waiting for the GPU."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        call()
-    spent = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return spent / calls * 1e6
 
 
 def main(out: Path, layers: dict[str, Layer], rounds: int, command: str) -> None:

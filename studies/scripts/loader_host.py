@@ -20,19 +20,9 @@ import torch
 import torch.nn.functional as F
 
 import cutsearch
-from cold_l2 import save
+from cold_l2 import host_us, save
 
 ACT = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
-
-
-def host_async(call, calls: int = 300) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        call()
-    spent = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return spent / calls * 1e6
 
 
 def host_synced(call, calls: int = 100) -> float:
@@ -76,7 +66,7 @@ def main(out: Path, old_loader: Path, exports: list[Path]) -> None:
             for label, call in calls.items():
                 for _ in range(20):
                     call()
-                rounds[label]["async"].append(host_async(call))
+                rounds[label]["async"].append(host_us(call, calls=300))
                 rounds[label]["synced"].append(host_synced(call))
         record = {"export": path.name, **layer, "backend": new_fc.backend, "via": new_fc.via,
                   "host_us_per_call": {label: {k: statistics.median(v) for k, v in r.items()}

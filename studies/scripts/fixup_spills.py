@@ -41,13 +41,11 @@ def configs():
                                  kernel_schedule=schedule, epilogue_schedule="fixup", swap_ab=swap, split_k=True)
 
 
-def main(out: Path, jobs: int) -> None:
+def survey(out: Path, jobs: int, pairs, command: str) -> None:
+    """Build each (layer, config) of `pairs` as the search would; record ptxas's report of each."""
     toolchain = Toolchain.find(cutlass_version())
     compiler = Compiler(Cache(Path(tempfile.mkdtemp())), toolchain, jobs=jobs)
-    cases = {}
-    for layer in LAYERS:
-        for config in configs():
-            cases[(layer, config)] = render(layer, config)
+    cases = {(layer, config): render(layer, config) for layer, config in pairs}
     start = time.time()
     records = []
     for (layer, config), built in compiler.compile_many(cases.items()):
@@ -59,9 +57,13 @@ def main(out: Path, jobs: int) -> None:
         records.append(record)
         print(config.key, layer.dtype, layer.bias, layer.activation, record.get("spill_bytes"), flush=True)
     out.write_text(json.dumps({"recorded": "ptxas reports of real nvcc builds; nothing ran on a GPU",
-                               "command": "python studies/scripts/fixup_spills.py " + " ".join(sys.argv[1:]),
-                               "nvcc": toolchain.nvcc_version, "cutlass": cutlass_version(), "build_s": round(time.time() - start),
-                               "records": records}, indent=1))
+                               "command": command, "nvcc": toolchain.nvcc_version, "cutlass": cutlass_version(),
+                               "build_s": round(time.time() - start), "records": records}, indent=1))
+
+
+def main(out: Path, jobs: int) -> None:
+    survey(out, jobs, [(layer, config) for layer in LAYERS for config in configs()],
+           "python studies/scripts/fixup_spills.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -245,7 +245,8 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         # The roofline floor plus an empty kernel timed beside cuBLAS: what a call costs at least.
         "empty_kernel_us": best.empty_kernel_us if best else None,
         "floor_with_launch_us": layer.floor_us + best.empty_kernel_us if best and best.empty_kernel_us else None,
-        "cublas_wins": result.speedup is not None and not result.verdict.kernel_ships and not result.verdict.fallback_wins,
+        "cublas_wins": (result.speedup is not None and not result.verdict.kernel_ships
+                        and not result.verdict.fallback_wins),
         "tie": result.verdict.tie,
         "verdict": result.verdict.basis,
         # The export's cuBLAS fallback, its cuBLASLt call fusing the activation, as raced.

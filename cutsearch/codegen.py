@@ -221,6 +221,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
             kernel, name = _replace_nosmem_epilogue(kernel, name, layer, config)
         if fn is not None and row_views(layer) is not None:
             kernel = _batched_visitor_output(kernel)
+        if fn is not None:
+            kernel = _own_activations(kernel, layer)
     except KeyError as exc:
         raise CodegenError(f"no such schedule in this CUTLASS: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the interface raises bare Exception for invalid configs
@@ -248,6 +250,21 @@ def _batched_visitor_output(kernel: str) -> str:
     if count != 1:
         raise CodegenError("the visitor tree's StrideD has no zero batch stride to replace")
     return patched
+
+
+# The visitor tree's activations that templates/activation.cuh replaces, and with what.
+_OWN_ACTIVATIONS = {"silu": ("cutlass::epilogue::thread::SiLu", "cutsearch_act::SiLu")}
+
+
+def _own_activations(kernel: str, layer: Layer) -> str:
+    """Point the visitor tree's activation at ours where CUTLASS's is slow: its SiLU takes expf
+    and an IEEE division per element, in an epilogue that the mainloop does not hide."""
+    if layer.activation not in _OWN_ACTIVATIONS:
+        return kernel
+    theirs, ours = _OWN_ACTIVATIONS[layer.activation]
+    if theirs not in kernel:
+        raise CodegenError(f"the visitor tree has no {theirs} to replace")
+    return kernel.replace(theirs, ours)
 
 
 def _cta_tile_descriptor(kernel: str, config: Config) -> str:
@@ -290,17 +307,24 @@ def render_fallback(layer: Layer) -> KernelSource:
     """The cuBLAS fallback with the same C ABI, for layers no CUTLASS kernel beat cuBLAS on."""
     act = ACTIVATIONS[layer.activation]
     code = render_template("cublas_fallback.cu", is_bf16=int(layer.dtype == "bf16"), has_bias=int(layer.bias), act=act,
-                           transposed=int(layer.output == "transposed"))
+                           transposed=int(layer.output == "transposed"), activations=activations())
     return KernelSource(operation_name="cublas_fallback", code=code, cutlass_version=cutlass_version(),
                         libraries=("cublasLt",))
 
 
 def copy_kernels() -> str:
-    """The per-call pad/unpad and split-K reduction kernels, inlined so that a kernel's source
-    stands alone."""
+    """The activations, and the per-call pad/unpad and split-K reduction kernels, inlined so
+    that a kernel's source stands alone."""
     copy = (TEMPLATES / "copy.cuh").read_text()
     reduce = (TEMPLATES / "reduce.cuh").read_text()
-    return copy[copy.index("// Per-call layout copy"):] + "\n" + reduce[reduce.index("// Split-K reduction"):]
+    return "\n".join((activations(), copy[copy.index("// Per-call layout copy"):],
+                      reduce[reduce.index("// Split-K reduction"):]))
+
+
+def activations() -> str:
+    """templates/activation.cuh, inlined."""
+    text = (TEMPLATES / "activation.cuh").read_text()
+    return text[text.index("// The layer's activations"):]
 
 
 def own_epilogues() -> str:

@@ -45,17 +45,9 @@ struct cs_layer {
   char error[256] = {0};
 };
 
-__device__ __forceinline__ float activate(float v) {
-#if CS_ACT == 1
-  return v > 0.f ? v : 0.f;
-#elif CS_ACT == 2
-  return 0.5f * v * (1.f + erff(v * 0.70710678f));
-#elif CS_ACT == 3
-  return v / (1.f + __expf(-v));
-#else
-  return v;
-#endif
-}
+${activations}
+
+__device__ __forceinline__ float activate(float v) { return cutsearch_act::activate<CS_ACT>(v); }
 
 // The activation alone over a contiguous, 16-byte-aligned y: 16-byte vectors, no indexing.
 __global__ void act_flat(T* y, long long count) {

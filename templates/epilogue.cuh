@@ -7,7 +7,7 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
 
-#include "reduce.cuh"  // its activations
+#include "activation.cuh"
 
 // Staged epilogue: y stored through shared memory, for output rows of any pitch.
 // TMA cannot store rows whose pitch is not a 16-byte multiple, and CUTLASS's nosmem epilogue
@@ -57,7 +57,7 @@ struct NoWorkspace : BaseTypes<Base> {
   }
 };
 
-// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids. Warps: the
+// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_act's activation ids. Warps: the
 // consumer warps of one CTA that run the epilogue at the same time.
 template <class Base, int Act, int Warps>
 class StagedEpilogue : public NoWorkspace<Base> {
@@ -164,7 +164,7 @@ class StagedEpilogue : public NoWorkspace<Base> {
               const int64_t gm = m0 + band + row(s), gn = n0 + cols + col(s);
               const float cv = !source ? 0.f : broadcast ? bias : float(c_at(s));
               const float v = alpha * stage[row(s) * kPitch + col(s)] + beta * cv;
-              d[gm * get<0>(params.dD) + gn * get<1>(params.dD)] = ElementD(cutsearch_reduce::activate<Act>(v));
+              d[gm * get<0>(params.dD) + gn * get<1>(params.dD)] = ElementD(cutsearch_act::activate<Act>(v));
             }
           }
         }
@@ -203,7 +203,7 @@ CUTLASS_DEVICE float load_nc(T const* p) {
   return float(v);
 }
 
-// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids.
+// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_act's activation ids.
 template <class Base, int Act>
 class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
  public:
@@ -260,7 +260,7 @@ class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
     auto col = [&](int j, int g, int nn) { return int(get<1>(tCc(make_coord(make_coord(j, 0, g), 0, nn)))); };
     const int r0 = row(0, 0), c0 = col(0, 0, 0);
     auto value = [&](int j, int h, int g, int mm, int nn, float b) {
-      return ElementD(cutsearch_reduce::activate<Act>(alpha * float(accumulators(make_coord(make_coord(j, h, g), mm, nn))) + b));
+      return ElementD(cutsearch_act::activate<Act>(alpha * float(accumulators(make_coord(make_coord(j, h, g), mm, nn))) + b));
     };
     // D's strided mode: y's row pitch (or a view's), whichever mode of D it is.
     const int64_t ld = RowMajor ? int64_t(get<0>(params.dD)) : int64_t(get<1>(params.dD));
@@ -347,7 +347,7 @@ class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
 // workspace is bound. Nothing waits for another CTA, so no launch order can hang it.
 namespace cutsearch_fixup {
 
-// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_reduce's activation ids.
+// Base: the CUTLASS DefaultEpilogue this replaces. Act: cutsearch_act's activation ids.
 // TileM x TileN: the CTA tile, which sizes the workspace on the host.
 template <class Base, int Act, int TileM, int TileN>
 class FixupEpilogue : public cutsearch_staged::BaseTypes<Base> {
@@ -471,7 +471,7 @@ class FixupEpilogue : public cutsearch_staged::BaseTypes<Base> {
         const int64_t gm = m0 + r, gn = n0 + c;
         const float cv = source ? float(params.args.ptr_C[gm * get<0>(params.args.dC) + gn * get<1>(params.args.dC)]) : 0.f;
         params.args.ptr_D[gm * get<0>(params.args.dD) + gn * get<1>(params.args.dD)] =
-            ElementD(cutsearch_reduce::activate<Act>(alpha * sum[i] + beta * cv));
+            ElementD(cutsearch_act::activate<Act>(alpha * sum[i] + beta * cv));
       }
     }
   }

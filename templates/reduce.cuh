@@ -2,6 +2,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "activation.cuh"
+
 // Split-K reduction (a named namespace: nvcc's host stubs cannot name kernels in an anonymous
 // one). The GEMM wrote `splits` fp32 partials of y, each `total` elements in y's own order (row
 // pitch n), back to back; this sums them in a fixed order (deterministic), adds the bias, applies
@@ -9,15 +11,6 @@
 namespace cutsearch_reduce {
 
 constexpr int THREADS = 256;
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_SILU = 3 };
-
-template <int Act>
-__device__ __forceinline__ float activate(float v) {
-  if constexpr (Act == ACT_RELU) return v > 0.f ? v : 0.f;
-  if constexpr (Act == ACT_GELU) return 0.5f * v * (1.f + erff(v * 0.70710678f));
-  if constexpr (Act == ACT_SILU) return v / (1.f + __expf(-v));
-  return v;
-}
 
 // `wait`: launched with programmatic dependent launch, so wait for the GEMM's writes first.
 template <class T, int Act>
@@ -38,7 +31,7 @@ sum_splits(T* __restrict__ y, const float* __restrict__ parts, long long total, 
     float v[4] = {acc.x, acc.y, acc.z, acc.w};
     alignas(8) T out[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) out[j] = T(activate<Act>(bias ? v[j] + float(bias[col + j]) : v[j]));
+    for (int j = 0; j < 4; ++j) out[j] = T(cutsearch_act::activate<Act>(bias ? v[j] + float(bias[col + j]) : v[j]));
     reinterpret_cast<uint2*>(y)[q] = *reinterpret_cast<const uint2*>(out);
   }
 }

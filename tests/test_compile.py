@@ -385,6 +385,19 @@ def test_the_choices_outside_the_default_space_build(tmp_path):
     assert "Shape<cute::_2,cute::_2,cute::_1>" in render(layer, configs[2]).code.replace(" ", "")
 
 
+@pytest.mark.nvcc
+def test_the_visitor_tree_builds_with_our_silu(tmp_path):
+    """The fused SiLU is templates/activation.cuh's functor in CUTLASS's visitor tree."""
+    layer = Layer(m=2787, n=5120, k=768, dtype="bf16", bias=True, activation="silu")
+    config = Config(tile_m=128, tile_n=128, tile_k=64, cluster_n=2, kernel_schedule="cooperative",
+                    epilogue_schedule="tma", swap_ab=True)
+    source = render(layer, config)
+    assert "cutsearch_act::SiLu, cutlass::bfloat16_t, float" in source.code
+    built = Compiler(Cache(tmp_path / "cache"), Toolchain.find(cutlass_version()), jobs=1).compile(source)
+    assert isinstance(built, CompiledKernel), built
+    assert not built.ptxas.defect, built.ptxas
+
+
 def test_a_consumer_that_stops_leaves_no_nvcc_running(tmp_path):
     """Ctrl-C (or any stop) while kernels build ends every nvcc, and its children, at once."""
     pids = tmp_path / "pids"

@@ -252,16 +252,17 @@ def _batched_visitor_output(kernel: str) -> str:
     return patched
 
 
-# The visitor tree's activations that templates/activation.cuh replaces, and with what.
-_OWN_ACTIVATIONS = {"silu": ("cutlass::epilogue::thread::SiLu", "cutsearch_act::SiLu")}
+# The visitor tree's activations that templates/activation.cuh replaces, and with what
+# (studies/scripts/activation_cost.py empties it to measure CUTLASS's own).
+OWN_ACTIVATIONS = {"silu": ("cutlass::epilogue::thread::SiLu", "cutsearch_act::SiLu")}
 
 
 def _own_activations(kernel: str, layer: Layer) -> str:
     """Point the visitor tree's activation at ours where CUTLASS's is slow: its SiLU takes expf
     and an IEEE division per element, in an epilogue that the mainloop does not hide."""
-    if layer.activation not in _OWN_ACTIVATIONS:
+    if layer.activation not in OWN_ACTIVATIONS:
         return kernel
-    theirs, ours = _OWN_ACTIVATIONS[layer.activation]
+    theirs, ours = OWN_ACTIVATIONS[layer.activation]
     if theirs not in kernel:
         raise CodegenError(f"the visitor tree has no {theirs} to replace")
     return kernel.replace(theirs, ours)

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,16 +27,15 @@ from cutsearch.evaluator import GpuEvaluator, save_recording
 from cutsearch.outcome import Measurement
 from cutsearch.problem import Layer
 
-import sys
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from variants import best_recorded  # noqa: E402
 
 
 def variants(layer: Layer) -> dict[str, tuple[Layer, dict]]:
     """name -> (layer, codegen's replacements to use while building it)."""
-    out = {"none": (dataclasses.replace(layer, activation="none"), codegen._OWN_ACTIVATIONS),
-           "ours": (layer, codegen._OWN_ACTIVATIONS)}
-    if layer.activation in codegen._OWN_ACTIVATIONS:
+    out = {"none": (dataclasses.replace(layer, activation="none"), codegen.OWN_ACTIVATIONS),
+           "ours": (layer, codegen.OWN_ACTIVATIONS)}
+    if layer.activation in codegen.OWN_ACTIVATIONS:
         out["cutlass"] = (layer, {})
     return out
 
@@ -49,7 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ev = GpuEvaluator(cache_dir=Path(tempfile.mkdtemp()), jobs=args.jobs)
-    own = codegen._OWN_ACTIVATIONS
+    own = codegen.OWN_ACTIVATIONS
     summary = []
     try:
         layers = [best_recorded(recording, args.top) for recording in args.recordings]
@@ -57,17 +57,17 @@ def main() -> None:
         sources = []
         for layer, bases in layers:
             for variant, replacements in variants(layer).values():
-                codegen._OWN_ACTIVATIONS = replacements
+                codegen.OWN_ACTIVATIONS = replacements
                 sources += [(len(sources), codegen.render(variant, c)) for c in bases]
-        codegen._OWN_ACTIVATIONS = own
+        codegen.OWN_ACTIVATIONS = own
         for _ in ev.compiler.compile_many(sources):
             pass
         for recording, (layer, bases) in zip(args.recordings, layers):
             rows = {c.key: {} for c in bases}
             for name, (variant, replacements) in variants(layer).items():
-                codegen._OWN_ACTIVATIONS = replacements
+                codegen.OWN_ACTIVATIONS = replacements
                 results = list(ev.evaluate(variant, bases))
-                codegen._OWN_ACTIVATIONS = own
+                codegen.OWN_ACTIVATIONS = own
                 save_recording(args.out / f"{name}-{layer.slug}.json", variant, results, study=f"act-{name}",
                                gpu=ev.device().name, date=datetime.date.today().isoformat(),
                                command=f"python studies/scripts/activation_cost.py OUT {recording} --top {args.top}")
@@ -78,7 +78,7 @@ def main() -> None:
             summary.append({"layer": layer.to_dict(), "configs": rows})
             print(layer.shape, json.dumps(rows, indent=1), flush=True)
     finally:
-        codegen._OWN_ACTIVATIONS = own
+        codegen.OWN_ACTIVATIONS = own
         ev.close()
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
 

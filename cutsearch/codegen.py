@@ -254,18 +254,22 @@ def _batched_visitor_output(kernel: str) -> str:
 
 # The visitor tree's activations that templates/activation.cuh replaces, and with what
 # (studies/scripts/activation_cost.py empties it to measure CUTLASS's own).
-OWN_ACTIVATIONS = {"silu": ("cutlass::epilogue::thread::SiLu", "cutsearch_act::SiLu")}
+OWN_ACTIVATIONS = {"silu": ("cutlass::epilogue::thread::SiLu", "cutsearch_act::SiLu"),
+                   "gelu": ("cutlass::epilogue::thread::GELU", "cutsearch_act::Gelu")}
 
 
 def _own_activations(kernel: str, layer: Layer) -> str:
     """Point the visitor tree's activation at ours where CUTLASS's is slow: its SiLU takes expf
-    and an IEEE division per element, in an epilogue that the mainloop does not hide."""
+    and an IEEE division per element, its GELU erff, in an epilogue that the mainloop does not
+    hide."""
     if layer.activation not in OWN_ACTIVATIONS:
         return kernel
     theirs, ours = OWN_ACTIVATIONS[layer.activation]
-    if theirs not in kernel:
+    # Whole names only: GELU is also the start of GELU_taylor.
+    patched, count = re.subn(re.escape(theirs) + r"\b", ours, kernel)
+    if count == 0:
         raise CodegenError(f"the visitor tree has no {theirs} to replace")
-    return kernel.replace(theirs, ours)
+    return patched
 
 
 def _cta_tile_descriptor(kernel: str, config: Config) -> str:

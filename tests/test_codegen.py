@@ -293,14 +293,16 @@ def test_stream_k_kernels_are_built_without_grid_dependency_control():
     assert unit_group(persistent) == unit_group(_render(LAYER, coop(swap_ab=True)))
 
 
-# SiLU is ours (templates/activation.cuh): CUTLASS's takes expf and an IEEE division per element.
+# SiLU and GELU are ours (templates/activation.cuh): CUTLASS's take expf and an IEEE division, or
+# erff, per element.
 @pytest.mark.parametrize("activation, functor", [("relu", "cutlass::epilogue::thread::ReLu"),
-                                                 ("gelu", "cutlass::epilogue::thread::GELU"),
+                                                 ("gelu", "cutsearch_act::Gelu"),
                                                  ("silu", "cutsearch_act::SiLu")])
 def test_activation_is_fused_in_the_epilogue(activation, functor):
     source = _render(dataclasses.replace(LAYER, activation=activation), coop())
     assert f"{functor}, cutlass::half_t, float" in kernel_part(source)
     assert "thread::SiLu" not in kernel_part(source)
+    assert "thread::GELU" not in kernel_part(source)
     assert "Broadcast" not in kernel_part(source)
     assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT")) == (0, 1)
 
@@ -312,7 +314,7 @@ def test_bias_then_activation_on_bf16_layer_uses_bf16_everywhere():
     assert "cutlass::half_t" not in text
     assert re.search(r"Sm90RowBroadcast<\s*0 /\*Stages\*/, typename EpilogueDescriptor::TileShape, "
                      r"cutlass::bfloat16_t, cutlass::bfloat16_t,", text)
-    assert "cutlass::epilogue::thread::GELU, cutlass::bfloat16_t, float" in text
+    assert "cutsearch_act::Gelu, cutlass::bfloat16_t, float" in text
     # GELU applies to the sum: its EVT node takes the plus node as its child.
     assert re.search(r"Sm90EVT<\s*Compute1,\s*EVTCompute0>", text)
     assert operands(mainloop(source)) == [("cutlass::bfloat16_t", "cutlass::layout::RowMajor", 8),

@@ -386,13 +386,14 @@ def test_the_choices_outside_the_default_space_build(tmp_path):
 
 
 @pytest.mark.nvcc
-def test_the_visitor_tree_builds_with_our_silu(tmp_path):
-    """The fused SiLU is templates/activation.cuh's functor in CUTLASS's visitor tree."""
-    layer = Layer(m=2787, n=5120, k=768, dtype="bf16", bias=True, activation="silu")
+@pytest.mark.parametrize("activation, functor", [("silu", "SiLu"), ("gelu", "Gelu")])
+def test_the_visitor_tree_builds_with_our_activation(tmp_path, activation, functor):
+    """The fused SiLU and GELU are templates/activation.cuh's functors in CUTLASS's visitor tree."""
+    layer = Layer(m=2787, n=5120, k=768, dtype="bf16", bias=True, activation=activation)
     config = Config(tile_m=128, tile_n=128, tile_k=64, cluster_n=2, kernel_schedule="cooperative",
                     epilogue_schedule="tma", swap_ab=True)
     source = render(layer, config)
-    assert "cutsearch_act::SiLu, cutlass::bfloat16_t, float" in source.code
+    assert f"cutsearch_act::{functor}, cutlass::bfloat16_t, float" in source.code
     built = Compiler(Cache(tmp_path / "cache"), Toolchain.find(cutlass_version()), jobs=1).compile(source)
     assert isinstance(built, CompiledKernel), built
     assert not built.ptxas.defect, built.ptxas

@@ -7,7 +7,9 @@ alone in f16, and SiLU after a bias in bf16 as the control:
 - the staged epilogue (cooperative, persistent) on every tile of the space, on a layer whose
   output rows are unaligned either way (1001x1001x1024), at k-tile 64, and 32 for 256x96;
 - the TMA epilogue on tiles of 96, 112 and 128 accumulator registers a thread, either
-  orientation, on an aligned layer (1024x1024x1024).
+  orientation, on an aligned layer (1024x1024x1024);
+- the fixup epilogue (split-K summed by the GEMM's last CTA) on pingpong tiles of 64-112
+  accumulator registers a thread, either orientation, on a layer split-K serves (200x640x10240).
 tests/test_space.py checks the space's GELU spill rules against the file.
 """
 
@@ -35,6 +37,7 @@ STAGED_TILES = [(128, 64), (128, 96), (128, 128), (128, 160), (128, 192), (128, 
 TMA_TILES = [("pingpong", 64, 192), ("pingpong", 64, 224), ("pingpong", 64, 256), ("pingpong", 128, 128),
              ("cooperative", 128, 192), ("cooperative", 128, 224), ("cooperative", 128, 256),
              ("cooperative", 256, 96), ("cooperative", 256, 128)]
+FIXUP_TILES = [(64, 128), (64, 160), (64, 192), (64, 224)]
 
 
 def pairs():
@@ -49,6 +52,11 @@ def pairs():
             for swap in (False, True):
                 yield layer, Config(tile_m=tm, tile_n=tn, tile_k=64, kernel_schedule=schedule,
                                     epilogue_schedule="tma", swap_ab=swap)
+    for layer in _variants(200, 640, 10240):
+        for tm, tn in FIXUP_TILES:
+            for swap in (False, True):
+                yield layer, Config(tile_m=tm, tile_n=tn, tile_k=64, kernel_schedule="pingpong",
+                                    epilogue_schedule="fixup", swap_ab=swap, split_k=True)
 
 
 if __name__ == "__main__":

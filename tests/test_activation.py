@@ -18,11 +18,11 @@ def gelu_as_the_kernel_computes_it(x: np.ndarray) -> np.ndarray:
     rest = [float(c) for c in re.findall(r"fmaf\(p, s, ([-+.\deE]+)f\)", body)]
     assert len(rest) == 6, body
     x = x.astype(np.float32)
-    s = np.minimum(x * x, limit)
-    p = np.full_like(x, first)
-    for c in rest:
-        p = (p.astype(np.float64) * s + np.float32(c)).astype(np.float32)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # x * x and 2^(x p) overflow to inf far out, as in fp32 on the GPU
+        s = np.minimum(x * x, limit)
+        p = np.full_like(x, first)
+        for c in rest:
+            p = (p.astype(np.float64) * s + np.float32(c)).astype(np.float32)
         return (x / (np.float32(1) + np.exp2(x * p))).astype(np.float32)
 
 

@@ -344,18 +344,9 @@ def test_default_nvcc_jobs_follow_the_cpus_the_process_may_use():
 def test_the_gemm_and_the_copies_are_built_for_overlapped_launches(tmp_path):
     """PDL needs griddepcontrol in the kernels themselves: waits before the first global reads,
     and the trigger that lets the next kernel launch early."""
-    from cutsearch.codegen import cutlass_include_dirs
-
     layer = Layer(m=256, n=1001, k=999, bias=True)
-    source = render(layer, Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong",
-                                  epilogue_schedule="tma", pad=True))
-    (tmp_path / SOURCE).write_text(source.code)
-    toolchain = Toolchain.find(cutlass_version())
-    flags = [f for f in toolchain.flags if f not in ("-shared", "-Xptxas=-v", "-Xcompiler=-fPIC")]
-    run = subprocess.run([toolchain.nvcc, *(f"-I{p}" for p in cutlass_include_dirs()), *flags, "-ptx", SOURCE,
-                          "-o", "kernel.ptx"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-2000:]
-    ptx = (tmp_path / "kernel.ptx").read_text()
+    ptx = _ptx(tmp_path, render(layer, Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong",
+                                              epilogue_schedule="tma", pad=True)))
     starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry (\w+)\(", ptx)]
     bodies = {name: ptx[at:end] for (at, name), (end, _) in zip(starts, starts[1:] + [(len(ptx), "")])}
     gemm = [body for name, body in bodies.items() if "device_kernel" in name]
@@ -363,6 +354,29 @@ def test_the_gemm_and_the_copies_are_built_for_overlapped_launches(tmp_path):
     assert len(gemm) == 1 and len(copies) == 2  # 32- and 64-bit indexing
     for body in gemm + copies:
         assert "griddepcontrol.wait" in body and "griddepcontrol.launch_dependents" in body
+
+
+@pytest.mark.nvcc
+def test_a_224_wide_tile_is_one_wgmma_a_k_step(tmp_path):
+    """CuTe's extended WGMMA shapes are on: without them a 224-wide tile issues seven m64n32k16
+    instructions a k-step."""
+    source = render(Layer(m=4096, n=5000, k=1024, bias=True),
+                    Config(tile_m=128, tile_n=224, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma"))
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", _ptx(tmp_path, source)))
+    assert shapes == {"m64n224k16"}
+
+
+def _ptx(tmp_path: Path, source: KernelSource) -> str:
+    """`source` compiled to PTX with the kernels' own flags."""
+    from cutsearch.codegen import cutlass_include_dirs
+
+    (tmp_path / SOURCE).write_text(source.code)
+    toolchain = Toolchain.find(cutlass_version())
+    flags = [f for f in toolchain.flags if f not in ("-shared", "-Xptxas=-v", "-Xcompiler=-fPIC")]
+    run = subprocess.run([toolchain.nvcc, *(f"-I{p}" for p in cutlass_include_dirs()), *flags, "-ptx", SOURCE,
+                          "-o", "kernel.ptx"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return (tmp_path / "kernel.ptx").read_text()
 
 
 @pytest.mark.nvcc

@@ -496,3 +496,17 @@ def test_the_space_refuses_every_gelu_build_of_the_survey_that_spilled():
     edge = refused - spilled
     assert len(edge) == 4
     assert {(c.tile_m, c.tile_n, c.kernel_schedule, c.epilogue_schedule) for _, c in edge} == {(64, 224, "pingpong", "tma")}
+
+
+def test_the_gelu_spill_rules_hold_for_the_wide_tiles_built_with_the_extended_wgmma_shapes():
+    """The 160- and 224-wide builds of that survey, again with one m64n160/m64n224 instruction a
+    k-step (ptxas reports, recorded; no GPU ran): each one that spilled is still refused."""
+    import json
+
+    path = Path(__file__).resolve().parent.parent / "studies/recorded/local-2026-12-02-wide-mma-spills/builds.json"
+    builds = [(Layer.from_dict(r["layer"]), Config.from_dict(r["config"]), r["spill_bytes"])
+              for r in json.loads(path.read_text())["records"]]
+    assert len(builds) == 48 and {c.tile_n for _, c, _ in builds} == {160, 224}
+    spilled = {(layer, config) for layer, config, spill in builds if spill}
+    assert len(spilled) == 3
+    assert all(invalid_reason(layer, config) for layer, config in spilled)

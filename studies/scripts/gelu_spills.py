@@ -1,6 +1,6 @@
 """Which fused-GELU epilogues spill registers: ptxas's report of each build, no GPU needed.
 
-    python studies/scripts/gelu_spills.py OUT.json [--jobs J]
+    python studies/scripts/gelu_spills.py OUT.json [--jobs J] [--tile-n 160,224]
 
 Two families, each built as the search would, with GELU after a bias in f16 and bf16, GELU
 alone in f16, and SiLU after a bias in bf16 as the control:
@@ -10,7 +10,8 @@ alone in f16, and SiLU after a bias in bf16 as the control:
   orientation, on an aligned layer (1024x1024x1024);
 - the fixup epilogue (split-K summed by the GEMM's last CTA) on pingpong tiles of 64-112
   accumulator registers a thread, either orientation, on a layer split-K serves (200x640x10240).
-tests/test_space.py checks the space's GELU spill rules against the file.
+tests/test_space.py checks the space's GELU spill rules against the file. `--tile-n` builds only the
+tiles of those widths (the ones a change of WGMMA shapes touches).
 """
 
 from __future__ import annotations
@@ -63,5 +64,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--tile-n", default="", help="comma-separated widths; default: every tile")
     args = ap.parse_args()
-    survey(args.out, args.jobs, list(pairs()), "python studies/scripts/gelu_spills.py " + " ".join(sys.argv[1:]))
+    widths = {int(n) for n in args.tile_n.split(",") if n}
+    survey(args.out, args.jobs, [(layer, c) for layer, c in pairs() if not widths or c.tile_n in widths],
+           "python studies/scripts/gelu_spills.py " + " ".join(sys.argv[1:]))

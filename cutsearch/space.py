@@ -159,6 +159,21 @@ def smem_bytes(config: Config, dtype: str, stages: int) -> int:
     return mainloop + epilogue + 1024
 
 
+def fitted_tile_n(layer: Layer) -> tuple[int, ...]:
+    """Tile widths off TILE_N that make the output tiles fill one or two waves of the SMs, for a
+    tile height and an orientation, as cuBLAS's own kernels do (a 256x72 tile for 203x11008x14336:
+    3 x 43 tiles on 132 SMs). Multiples of 16: CUTLASS builds no TMA epilogue for the other
+    multiples of 8."""
+    widths = set()
+    for rows, cols in ((layer.m, layer.n), (layer.n, layer.m)):  # y, and y^T when A and B swap
+        for tile_m in TILE_M:
+            for waves in (1, 2):
+                across = waves * SM_COUNT // -(-rows // tile_m)
+                if across:
+                    widths.add(-(-cols // (16 * across)) * 16)
+    return tuple(sorted(w for w in widths if 16 <= w <= 256 and w not in TILE_N))
+
+
 def invalid_reason(layer: Layer, config: Config) -> str | None:
     """Why `config` cannot build or run for `layer`, from rules known before compiling.
 
@@ -166,7 +181,7 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
     hold for every layer.
     """
     c = config
-    if c.tile_m not in TILE_M or c.tile_n not in TILE_N or c.tile_k not in TILE_K:
+    if c.tile_m not in TILE_M or c.tile_n not in TILE_N + fitted_tile_n(layer) or c.tile_k not in TILE_K:
         return f"CTA tile {c.tile_m}x{c.tile_n}x{c.tile_k} is outside the space"
     if (c.cluster_m, c.cluster_n) not in CLUSTERS:
         return f"cluster {c.cluster_m}x{c.cluster_n} is outside the space"
@@ -408,7 +423,7 @@ class Space:
 
     layer: Layer
     tile_m: tuple[int, ...] = TILE_M
-    tile_n: tuple[int, ...] = TILE_N
+    tile_n: tuple[int, ...] | None = None  # default: TILE_N and the layer's fitted_tile_n
     tile_k: tuple[int, ...] = DEFAULT_TILE_K
     clusters: tuple[tuple[int, int], ...] = DEFAULT_CLUSTERS
     schedules: tuple[str, ...] = SCHEDULES
@@ -428,8 +443,9 @@ class Space:
         split = tuple(v for v in wanted if offered or not v) or (False,)
         # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.
         schedules = self.schedules if True in split else tuple(s for s in self.schedules if "/fixup/" not in s)
+        tile_n = self.tile_n if self.tile_n is not None else tuple(sorted(TILE_N + fitted_tile_n(self.layer)))
         return {
-            "tile_m": self.tile_m, "tile_n": self.tile_n, "tile_k": self.tile_k,
+            "tile_m": self.tile_m, "tile_n": tile_n, "tile_k": self.tile_k,
             "cluster": tuple(f"{m}x{n}" for m, n in self.clusters),
             "schedule": schedules, "stages": self.stages, "swap_ab": self.swap_ab, "pad": pad,
             "split_k": split,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cutsearch.problem import Layer
-from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, TILE_K, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
-                             smem_bytes, split_k_pays)
+from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, TILE_K, TILE_N, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
+                             fitted_tile_n, smem_bytes, split_k_pays)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
 UNALIGNED_K = Layer(m=512, n=1024, k=999)
@@ -510,3 +510,21 @@ def test_the_gelu_spill_rules_hold_for_the_wide_tiles_built_with_the_extended_wg
     spilled = {(layer, config) for layer, config, spill in builds if spill}
     assert len(spilled) == 3
     assert all(invalid_reason(layer, config) for layer, config in spilled)
+
+
+def test_fitted_tile_widths_fill_whole_waves_of_the_sms():
+    """203x11008x14336 swapped: 43 rows of 256-row tiles leave room for 3 tiles across x's 203
+    rows, so 80 wide (129 tiles for 132 SMs); unswapped, one 256-row tile of x leaves 132 across
+    W's 11008 rows, so 96, already a width of the grid."""
+    layer = Layer(m=203, n=11008, k=14336, dtype="bf16", bias=True, activation="gelu")
+    widths = fitted_tile_n(layer)
+    assert 80 in widths and 96 not in widths
+    assert all(w % 16 == 0 and 16 <= w <= 256 and w not in TILE_N for w in widths)
+    assert Space(layer).dimensions()["tile_n"] == tuple(sorted(TILE_N + widths))
+    fitted = cfg(tile_m=256, tile_n=80, swap_ab=True)
+    assert invalid_reason(layer, fitted) is None
+    kp = kernel_problem(layer, fitted)
+    assert -(-kp.m // 256) * -(-kp.n // 80) == 129
+    # Another layer's fitted width is not a choice here; a layer on the grid gets none.
+    assert "outside the space" in invalid_reason(ALIGNED, fitted)
+    assert fitted_tile_n(ALIGNED) == ()

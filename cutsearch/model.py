@@ -78,8 +78,6 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
         step_s *= 0.95  # pingpong overlaps one tile's epilogue with the next tile's MMA; ws runs a tile alike
     stages = config.stages or builder_stages(config, layer.dtype)
     step_s *= coeff.stage_penalty[min(stages, len(coeff.stage_penalty) - 1)]
-    if config.kernel_schedule == "cooperative" and config.tile_n in SLOW_COOPERATIVE_TILE_N:
-        step_s *= SLOW_COOPERATIVE_TILE_N_FACTOR
     slots = SM_COUNT // cluster * cluster
     splits = 1
     if config.tile_scheduler == "streamk" and knobs is not None and knobs.decomposition in (2, 3):
@@ -130,13 +128,11 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     return t_us
 
 
-# Cooperative kernels with a 160- or 224-wide CTA tile ran slower than their waves and operand
-# feed say: on 33 recorded H200 configs of six layers, a median 1.25x of the model's time relative
-# to each recording's median, against 0.98x for 96- and 192-wide ones (pingpong showed nothing
-# alike). Without the term, both constant sets put 128x224 first for 512x14336x4096, where every
-# such config took 123 µs or more and the best 104 µs (studies/recorded/h200-2026-12-01-unseen-mixed/).
-SLOW_COOPERATIVE_TILE_N = (160, 224)
-SLOW_COOPERATIVE_TILE_N_FACTOR = 1.25
+# No term for 160- and 224-wide tiles: they ran a median 1.25x slower than the model said on 33
+# recorded configs (studies/recorded/h200-2026-12-01-unseen-mixed/) while CuTe split their WGMMA
+# into 5 or 7 m64n32 instructions. With the extended shapes (codegen.EXTENDED_MMA_SHAPES) the same
+# kernels took 2-26% less (median 18%), and the model ranks them without a term (Spearman 0.95,
+# against 0.85 with the 1.25 it charged; studies/recorded/h200-2026-12-02-mma-shapes/).
 
 # The share of row views' extra reads of W (its P - 1 more copies) that a call waits for. On 106
 # recorded H200 configs of five layers measured both ways, the model then picks the faster of

@@ -396,41 +396,47 @@ def test_the_model_prices_the_direct_epilogue_at_par_where_y_is_small_as_measure
     assert len(pairs) == 4
 
 
-# Every recording that holds cooperative TMA kernels with a 160- or 224-wide CTA tile.
-WIDE_TILE_RECORDINGS = [MIXED / "gate_silu.json", MIXED / "encoder_fc1.json",
-                        SMOKE.parent / "h200-2026-12-01-unseen-views" / "coords_relu.json",
-                        SMOKE.parent / "h200-2026-12-01-unseen-views" / "odd_k_bias.json",
-                        *(SMOKE.parent / "h200x2-2026-11-30-suite-v5" / f"suite-{layer}-{dtype}.json"
-                          for layer in ("mlp_up", "square_8k") for dtype in ("f16", "bf16"))]
+MMA_SHAPES = SMOKE.parent / "h200-2026-12-02-mma-shapes"
 
 
-def test_the_model_prices_cooperative_160_and_224_wide_tiles_as_measured():
-    """Recorded on the H200: 33 such configs of six layers. Measured over predicted, relative to
-    the median over the recording's one-kernel TMA configs, was 1.25 before the model slowed
-    their mainloop; the 96- and 192-wide ones sat at 0.98."""
-    ratios = {"slow": [], "other": []}
-    for path in WIDE_TILE_RECORDINGS:
-        rec = Recording.load(path)
-        plain = [(e.config, e.outcome.median_us / model.predict_us(rec.layer, e.config, e.outcome.knobs))
-                 for e in rec.measured() if e.config.kernel_schedule in ("cooperative", "pingpong")
-                 and e.config.epilogue_schedule == "tma" and e.config.tile_scheduler == "persistent"
-                 and not e.config.split_k]
-        typical = statistics.median(r for _, r in plain)
-        for c, r in plain:
-            if c.kernel_schedule == "cooperative" and c.tile_n in (96, 160, 192, 224):
-                ratios["slow" if c.tile_n in model.SLOW_COOPERATIVE_TILE_N else "other"].append(r / typical)
-    assert len(ratios["slow"]) == 33 and len(ratios["other"]) >= 10
-    assert all(0.9 < statistics.median(r) < 1.1 for r in ratios.values())
+def test_the_extended_wgmma_shapes_speed_up_the_wide_tiles_and_nothing_else():
+    """Recorded on the H200, one run: 203x11008x14336's best three configs and their 160- and
+    224-wide twins, built with CuTe's narrow and extended WGMMA shapes."""
+    runs = {name: {e.config: e.outcome.median_us for e in Recording.load(
+        MMA_SHAPES / f"{name}-fc-203x11008x14336-bf16-bias-gelu.json").measured()} for name in ("narrow", "extended")}
+    assert runs["narrow"].keys() == runs["extended"].keys() and len(runs["narrow"]) == 9
+    for config, narrow in runs["narrow"].items():
+        ratio = runs["extended"][config] / narrow
+        if config.tile_n in (160, 224):
+            assert ratio < 1.02, config.key
+        else:
+            assert abs(ratio - 1) < 0.01, config.key
+    assert statistics.median(runs["extended"][c] / t for c, t in runs["narrow"].items() if c.tile_n in (160, 224)) < 0.85
 
 
-def test_a_new_studys_first_configs_skip_the_slow_wide_tiles():
-    """Recorded on the H200: the first default search of 512x14336x4096 (bf16, SiLU) built the
-    model's picks first, and its first 16 configs were all 160- and 224-wide cooperative ones
-    (123 µs and slower; the best of the 32 it measured took 103.8 µs)."""
-    rec = Recording.load(MIXED / "gate_silu.json")
-    times = {e.config: e.outcome.median_us for e in rec.measured()}
-    picks = model.warm_start(rec.layer, list(times), 8)
-    assert min(times[c] for c in picks) <= 1.01 * min(times.values())
+def test_the_model_ranks_the_wide_tiles_with_the_extended_shapes_as_measured():
+    """The 1.25x the model once charged 160- and 224-wide cooperative tiles came from the narrow
+    WGMMA shapes. Without it the model ranks the extended-shape recording near perfectly."""
+    from cutsearch.calibration import rank_correlation
+    from cutsearch.space import knob_grid
+
+    rec = Recording.load(MMA_SHAPES / "extended-fc-203x11008x14336-bf16-bias-gelu.json")
+    measured = rec.measured()
+    predicted = [model.best_knobs(rec.layer, e.config, knob_grid(e.config, rec.layer))[1] for e in measured]
+    assert rank_correlation(predicted, [e.outcome.median_us for e in measured]) > 0.9
+
+
+def test_a_fitted_tile_width_won_where_the_model_put_it_first():
+    """Recorded on the H200: for 203x11008x14336 the model's first pick is a swapped 128x208
+    stream-K kernel, a width only space.fitted_tile_n offers (x's 203 rows in one tile); it took
+    112.6 µs, where the best of the 32 configs of the layer's default search took 123.3 µs."""
+    layer = Layer(m=203, n=11008, k=14336, dtype="bf16", bias=True, activation="gelu")
+    first = model.rank(layer, list(Space(layer)))[0][1]
+    assert (first.tile_m, first.tile_n, first.tile_scheduler, first.swap_ab) == (128, 208, "streamk", True)
+    fitted = {e.config: e.outcome.median_us for e in Recording.load(MMA_SHAPES / "fitted-model4_3.json").measured()}
+    searched = Recording.load(SMOKE.parent / "h200-2026-12-02-models4" / "model4_3.json").measured()
+    assert dataclasses.replace(first, tile_k=64) in fitted
+    assert fitted[dataclasses.replace(first, tile_k=64)] < 0.95 * min(e.outcome.median_us for e in searched)
 
 
 def test_the_model_never_prunes_a_recorded_near_best_unaligned_kernel():

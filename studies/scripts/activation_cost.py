@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import sys
 import tempfile
 from pathlib import Path
 
 from cutsearch import codegen
-from cutsearch.evaluator import GpuEvaluator, save_recording
-from cutsearch.outcome import Measurement
+from cutsearch.evaluator import GpuEvaluator
 from cutsearch.problem import Layer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variants import best_recorded  # noqa: E402
+from variants import best_recorded, measure_variant  # noqa: E402
 
 
 def variants(layer: Layer) -> dict[str, tuple[Layer, dict]]:
@@ -66,15 +64,9 @@ def main() -> None:
             rows = {c.key: {} for c in bases}
             for name, (variant, replacements) in variants(layer).items():
                 codegen.OWN_ACTIVATIONS = replacements
-                results = list(ev.evaluate(variant, bases))
+                measure_variant(ev, name, variant, bases, args.out, study=f"act-{name}", rows=rows,
+                                command=f"python studies/scripts/activation_cost.py OUT {recording} --top {args.top}")
                 codegen.OWN_ACTIVATIONS = own
-                save_recording(args.out / f"{name}-{layer.slug}.json", variant, results, study=f"act-{name}",
-                               gpu=ev.device().name, date=datetime.date.today().isoformat(),
-                               command=f"python studies/scripts/activation_cost.py OUT {recording} --top {args.top}")
-                for r in results:
-                    o = r.outcome
-                    rows[r.config.key][name] = ({"us": o.median_us, "cublas_us": o.baseline.median_us}
-                                                if isinstance(o, Measurement) else {"failed": o.kind.value})
             summary.append({"layer": layer.to_dict(), "configs": rows})
             print(layer.shape, json.dumps(rows, indent=1), flush=True)
     finally:

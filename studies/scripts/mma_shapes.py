@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import sys
 import tempfile
 from pathlib import Path
 
 from cutsearch import codegen
-from cutsearch.evaluator import GpuEvaluator, save_recording
-from cutsearch.outcome import Measurement
+from cutsearch.evaluator import GpuEvaluator
 from cutsearch.space import invalid_reason
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variants import best_recorded  # noqa: E402
+from variants import best_recorded, measure_variant  # noqa: E402
 
 WIDE = (160, 224)  # the TILE_N widths whose WGMMA the macro changes
 VARIANTS = {"narrow": False, "extended": True}
@@ -64,14 +62,8 @@ def main() -> None:
             rows = {c.key: {} for c in cs}
             for name, extended in VARIANTS.items():
                 codegen.EXTENDED_MMA_SHAPES = extended
-                results = list(ev.evaluate(layer, cs))
-                save_recording(args.out / f"{name}-{layer.slug}.json", layer, results, study=f"mma-{name}",
-                               gpu=ev.device().name, date=datetime.date.today().isoformat(),
-                               command=f"python studies/scripts/mma_shapes.py OUT {recording} --top {args.top}")
-                for r in results:
-                    o = r.outcome
-                    rows[r.config.key][name] = ({"us": o.median_us, "cublas_us": o.baseline.median_us}
-                                                if isinstance(o, Measurement) else {"failed": o.kind.value})
+                measure_variant(ev, name, layer, cs, args.out, study=f"mma-{name}", rows=rows,
+                                command=f"python studies/scripts/mma_shapes.py OUT {recording} --top {args.top}")
             summary.append({"layer": layer.to_dict(), "configs": rows})
             print(layer.shape, json.dumps(rows, indent=1), flush=True)
     finally:

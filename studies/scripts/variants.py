@@ -82,6 +82,19 @@ def best_recorded(recording: Path, top: int, keep=lambda config: True) -> tuple[
     return Layer.from_dict(data["layer"]), [e.config for e in measured[:top]]
 
 
+def measure_variant(ev: GpuEvaluator, name: str, layer: Layer, configs: list[Config], out: Path, *, study: str,
+                    command: str, rows: dict[str, dict]) -> None:
+    """Time `configs` of `layer` as codegen builds them now; record them in OUT/NAME-<layer>.json
+    and put each one's median and cuBLAS's beside it in rows[config key][name]."""
+    results = list(ev.evaluate(layer, configs))
+    save_recording(out / f"{name}-{layer.slug}.json", layer, results, study=study, gpu=ev.device().name,
+                   date=datetime.date.today().isoformat(), command=command)
+    for r in results:
+        o = r.outcome
+        rows.setdefault(r.config.key, {})[name] = ({"us": o.median_us, "cublas_us": o.baseline.median_us}
+                                                   if isinstance(o, Measurement) else {"failed": o.kind.value})
+
+
 def main() -> None:
     ap = recording_parser()
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")

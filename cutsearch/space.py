@@ -16,9 +16,9 @@ from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, Layer, alignment, pad_to
 TILE_M = (64, 128, 256)
 # N between the powers of two fills the SMs better where N is not a multiple of 128: on the H200,
 # 4000x333x2048 went from 21.9 to 19.0 µs with 128x96 tiles, 3000x1001x999 from 32.2 to 30.2 µs
-# with 256x96 (studies/recorded/h200x2-2026-11-30-tiles/). Multiples of 16 that are not of 32
-# fill waves better still on paper, but 128x112 and 128x240 took 1.7-1.9x as long as their bases
-# (studies/recorded/h200-2026-12-01-waves/).
+# with 256x96 (studies/recorded/h200x2-2026-11-30-tiles/). Other multiples of 16 are offered where
+# they fill the waves of one layer (fitted_tile_n); 128x112 and 128x240 took 1.7-1.9x as long as
+# their bases (studies/recorded/h200-2026-12-01-waves/) before CuTe's extended WGMMA shapes were on.
 TILE_N = (16, 32, 64, 96, 128, 160, 192, 224, 256)
 TILE_K = (32, 64, 128, 256)
 CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))
@@ -162,8 +162,7 @@ def smem_bytes(config: Config, dtype: str, stages: int) -> int:
 def fitted_tile_n(layer: Layer) -> tuple[int, ...]:
     """Tile widths off TILE_N that make the output tiles fill one or two waves of the SMs, for a
     tile height and an orientation, as cuBLAS's own kernels do (a 256x72 tile for 203x11008x14336:
-    3 x 43 tiles on 132 SMs). Multiples of 16: CUTLASS builds no TMA epilogue for the other
-    multiples of 8."""
+    3 x 43 tiles on 132 SMs). Multiples of 16: CUTLASS 4.2 did not build 72- or 88-wide tiles."""
     widths = set()
     for rows, cols in ((layer.m, layer.n), (layer.n, layer.m)):  # y, and y^T when A and B swap
         for tile_m in TILE_M:

@@ -7,6 +7,7 @@ built kernel, searched on it without recompiling.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from typing import Any, Iterator
@@ -159,6 +160,7 @@ def smem_bytes(config: Config, dtype: str, stages: int) -> int:
     return mainloop + epilogue + 1024
 
 
+@functools.lru_cache(maxsize=256)  # invalid_reason asks for every config of a space
 def fitted_tile_n(layer: Layer) -> tuple[int, ...]:
     """Tile widths off TILE_N that make the output tiles fill one or two waves of the SMs, for a
     tile height and an orientation, as cuBLAS's own kernels do (a 256x72 tile for 203x11008x14336:
@@ -468,7 +470,8 @@ class Space:
 
     def __iter__(self) -> Iterator[Config]:
         """Every valid config, in a fixed order (exhaustive runs and model ranking)."""
-        for values in itertools.product(*self.dimensions().values()):
-            config = self.config_from_params(dict(zip(self.dimensions(), values)))
+        dims = self.dimensions()
+        for values in itertools.product(*dims.values()):
+            config = self.config_from_params(dict(zip(dims, values)))
             if invalid_reason(self.layer, config) is None:
                 yield config

@@ -123,11 +123,6 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.
         t_us += VIEWS_UNHIDDEN * (batches - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6
-        if views.tail:
-            # The last M mod P rows: a second launch, one row a view, in one wave of tiles.
-            tail_kp = dataclasses.replace(kp, m=kp.m if config.swap_ab else 1, n=1 if config.swap_ab else kp.n)
-            tail_waves = math.ceil(output_ctas(tail_kp, config) * views.tail / slots)
-            t_us += coeff.copy_overhead_us + tail_waves * math.ceil(views.tail_k / tk) * step_s * 1e6
     if config.tile_scheduler == "grid":
         t_us -= GRID_SAVING_US
     return t_us

@@ -362,38 +362,27 @@ class RowViews:
     view i times W'_i is exactly rows i, i + P, ... of x @ W^T (the neighbours' elements meet
     zeros; x must be finite). The kernel runs the P views as a batch of M / P rows each, with
     K' = K + (P - 1) q, a vector multiple, so the last view's last row ends where x ends.
-
-    Where P does not divide M, a second launch of the same kernel computes the last M mod P
-    rows at the same strides, one row a view, with K cut to K + (tail - 1) q, where its last
-    view's row ends, which is where x ends: TMA fills the rest of a k-block with zeros instead
-    of reading past x.
     """
 
-    count: int     # P: views, the batch of the kernel
-    shift: int     # q: each view's rows start q elements further right than the previous view's
-    k: int         # K': the kernel's K, W' rows
-    tail: int = 0  # M mod P: the rows of the second launch
+    count: int   # P: views, the batch of the kernel
+    shift: int   # q: each view's rows start q elements further right than the previous view's
+    k: int       # K': the kernel's K, W' rows
 
     def shifts(self) -> tuple[int, ...]:
         return tuple(i * self.shift for i in range(self.count))
 
-    @property
-    def tail_k(self) -> int:
-        """The second launch's K: one past the last element of x its last view reads."""
-        return self.k - (self.count - self.tail) * self.shift
-
 
 def row_views(layer: Layer) -> RowViews | None:
     """The views that read this layer's x in place, or None where its rows are aligned, x comes
-    padded, y is y^T (a view's rows of y^T are not unit-stride), or M is less than P."""
+    padded, y is y^T (a view's rows of y^T are not unit-stride), or P does not divide M."""
     vec = 16 // BYTES[layer.dtype]
     q = layer.k % vec
     if not q or layer.input != "contiguous" or layer.output == "transposed":
         return None
     count = vec // math.gcd(layer.k, vec)
-    if layer.m < count:
+    if layer.m % count:
         return None
-    return RowViews(count=count, shift=q, k=layer.k + (count - 1) * q, tail=layer.m % count)
+    return RowViews(count=count, shift=q, k=layer.k + (count - 1) * q)
 
 
 def transforms(layer: Layer, config: Config, knobs: dict[str, int]) -> dict[str, Any]:
@@ -414,15 +403,13 @@ def applied_views(layer: Layer, config: Config, requested: bool) -> RowViews | N
 def views_apply(layer: Layer, config: Config) -> bool:
     """Whether the views may replace this config's copy of x: not under split-K's batch, and
     only where reading W's extra copies could take at most VIEWS_MAX_COST times as long as the
-    copy (its launch, and its bytes read and written once), at the H200's bandwidth, with the
-    tail's second launch where P does not divide M."""
+    copy (its launch, and its bytes read and written once), at the H200's bandwidth."""
     kp = kernel_problem(layer, config)
     views = row_views(layer)
     if kp.pad_k == layer.k or config.split_k or views is None:
         return False
     e = BYTES[layer.dtype]
     extra_us = (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6
-    extra_us += COPY_LAUNCH_US if views.tail else 0.0
     copy_us = COPY_LAUNCH_US + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6
     return extra_us <= VIEWS_MAX_COST * copy_us
 

@@ -42,9 +42,8 @@ const char* cs_kernel_name(void);
    copies and GEMM (programmatic dependent launch), CS_IO_X_VIEWS to read an x whose rows are
    not 16-byte aligned in place instead of copying it (x 16-byte aligned and finite: a
    non-finite element also reaches its neighbouring rows; the first cs_run after cs_bind builds
-   shifted copies of W in the workspace; where the views' count does not divide m, a second
-   launch computes the last rows, and where m is below it x is copied). CUTSEARCH_FC_IO is what
-   the search chose. */
+   shifted copies of W in the workspace, and x is copied where the views' count does not divide
+   m). CUTSEARCH_FC_IO is what the search chose. */
 #define CS_IO_X_PADDED 1
 #define CS_IO_Y_PADDED 2
 #define CS_IO_PDL 4

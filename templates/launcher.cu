@@ -15,9 +15,8 @@
 //                (programmatic dependent launch); each waits for the writes it reads.
 //   CS_IO_X_VIEWS : instead of copying x (pad_k > K), read it in place as P row views, a batch
 //                of M / P rows each, against P shifted copies of W that the first call after
-//                binding builds in the workspace (cutsearch.space.RowViews). The last M mod P
-//                rows are a second launch of the same kernel, one row a view. Ignored where x
-//                comes padded or M < P: x is then copied.
+//                binding builds in the workspace (cutsearch.space.RowViews). Ignored where x
+//                comes padded or P does not divide M: x is then copied.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
 
 // Before any include, for CUTLASS's SM90 kernels to wait for the kernel before them only where
@@ -127,15 +126,12 @@ struct cs_layer {
   int km, kn, kk;  // the kernel's problem after the transforms
   int splits = 1;  // K slices under CS_SPLIT_K
   int views = 1, view_shift = 0;  // x's row views (P) and each one's shift (q) under CS_IO_X_VIEWS
-  int tail = 0;  // the views' last M mod P rows, computed by the second launch
   int batches = 1;  // the kernel's batch: the K slices or the views
   cutlass::KernelHardwareInfo hw;
   SchedulerArgs scheduler{};
   typename Gemm::Arguments args{};
   Gemm gemm;
-  typename Gemm::Arguments tail_args{};
-  Gemm tail_gemm;
-  size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0, w_views_bytes = 0, tail_ws = 0;
+  size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0, w_views_bytes = 0;
   bool ws_zeroed = false;  // the fixup's counters, since the workspace was bound
   bool w_views_built = false;  // W's shifted copies, since W or the workspace was bound
   const void* x = nullptr;
@@ -152,38 +148,17 @@ static int fail(cs_layer* h, const char* what, const char* detail) {
   return 1;
 }
 
-// Byte offsets into the workspace, in order: the kernel's, x padded, y padded, split-K's
-// partials, W's shifted copies, and the tail launch's kernel workspace; `end` is its size.
-struct regions {
-  size_t kernel, x_pad, y_pad, parts, w_views, tail, end;
-};
-
-static regions workspace_regions(const cs_layer* h) {
-  regions r;
-  r.kernel = 0;
-  r.x_pad = round_up(h->kernel_ws, 256);
-  r.y_pad = r.x_pad + round_up(h->x_pad_bytes, 256);
-  r.parts = r.y_pad + round_up(h->y_pad_bytes, 256);
-  r.w_views = r.parts + round_up(h->parts_bytes, 256);
-  r.tail = r.w_views + round_up(h->w_views_bytes, 256);
-  r.end = r.tail + h->tail_ws;
-  return r;
-}
-
 extern "C" {
 
 int cs_abi_version(void) { return 3; }
 const char* cs_kernel_name(void) { return "${operation_name}"; }
 const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
 size_t cs_workspace_size(const cs_layer* h) {
-  return h ? workspace_regions(h).end : 0;
+  return h ? round_up(h->kernel_ws, 256) + round_up(h->x_pad_bytes, 256) + round_up(h->y_pad_bytes, 256) +
+             round_up(h->parts_bytes, 256) + h->w_views_bytes : 0;
 }
 
 [[maybe_unused]] static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
-
-// The tail launch's K: where its last view's row ends, which is where x ends. Not a vector
-// multiple: TMA fills the rest of the last k-block with zeros instead of reading past x.
-static int tail_k(const cs_layer* h) { return h->k + (h->tail - 1) * h->view_shift; }
 
 // raster: 0 heuristic, 1 along M, 2 along N. decomposition: 0 heuristic, 1 data-parallel,
 // 2 split-K, 3 stream-K. reduction: 0 deterministic, 1 nondeterministic (split partials
@@ -204,11 +179,10 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   h->splits = h->batches = splits;
   h->kk = pad_k / splits;
 #elif !CS_Y_TRANSPOSED
-  if (kBatchedD && (io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m >= vec / gcd(k, vec)) {
+  if (kBatchedD && (io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m % (vec / gcd(k, vec)) == 0) {
     h->views = h->batches = vec / gcd(k, vec);
     h->view_shift = k % vec;
     h->kk = k + (h->views - 1) * h->view_shift;  // a vector multiple: the last view ends where x does
-    h->tail = m % h->views;
   }
 #endif
   h->km = CS_SWAP_AB ? pad_n : m / h->views;
@@ -220,12 +194,6 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   typename Gemm::Arguments probe = {cutlass::gemm::GemmUniversalMode::kGemm,
                                     {h->km, h->kn, h->kk, h->batches}, {}, {}, h->hw, h->scheduler};
   h->kernel_ws = Gemm::get_workspace_size(probe);
-  if (h->tail) {
-    typename Gemm::Arguments tail_probe = {cutlass::gemm::GemmUniversalMode::kGemm,
-                                           {CS_SWAP_AB ? pad_n : 1, CS_SWAP_AB ? 1 : pad_n, tail_k(h), h->tail},
-                                           {}, {}, h->hw, h->scheduler};
-    h->tail_ws = Gemm::get_workspace_size(tail_probe);
-  }
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 ? size_t(m) * pad_k * sizeof(ElementA) : 0;
   // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
   h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
@@ -242,10 +210,16 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   if (!h->bound || workspace != h->ws) h->ws_zeroed = false;
   if (!h->bound || workspace != h->ws || w != h->w) h->w_views_built = false;
   h->x = x; h->w = w; h->y = y; h->ws = static_cast<char*>(workspace); h->bias = bias;
-  const regions r = workspace_regions(h);
-  const void* x_eff = h->x_pad_bytes ? static_cast<const void*>(h->ws + r.x_pad) : x;
-  const void* w_eff = h->views > 1 ? static_cast<const void*>(h->ws + r.w_views) : w;
-  void* y_eff = h->parts_bytes ? static_cast<void*>(h->ws + r.parts) : h->y_pad_bytes ? static_cast<void*>(h->ws + r.y_pad) : y;
+  char* ws_kernel = h->ws;
+  char* x_pad = h->ws + round_up(h->kernel_ws, 256);
+  char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
+  char* parts = y_pad + round_up(h->y_pad_bytes, 256);
+  char* w_views = parts + round_up(h->parts_bytes, 256);
+  const void* x_eff = h->x_pad_bytes ? static_cast<const void*>(x_pad) : x;
+  const void* w_eff = h->views > 1 ? static_cast<const void*>(w_views) : w;
+  void* y_eff = h->parts_bytes ? static_cast<void*>(parts) : h->y_pad_bytes ? static_cast<void*>(y_pad) : y;
+  const void* a = CS_SWAP_AB ? w_eff : x_eff;
+  const void* b = CS_SWAP_AB ? x_eff : w_eff;
   auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, h->batches));
   auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, h->kk, h->batches));
   auto dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(h->km, h->kn, h->batches));
@@ -265,57 +239,34 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
     set_batch_stride(dD, pitch);
   }
 #endif
-  // One launch's arguments: the kernel's problem, x's and y's first elements, and the strides above.
-  auto arguments = [&](int km, int kn, int kk, int batches, const void* xs, void* ys) {
-    const void* a = CS_SWAP_AB ? w_eff : xs;
-    const void* b = CS_SWAP_AB ? xs : w_eff;
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {km, kn, kk, batches},
-        {static_cast<ElementA const*>(a), dA, static_cast<ElementB const*>(b), dB},
-        {{}, nullptr, dD, static_cast<ElementD*>(ys), dD},
-        h->hw,
-        h->scheduler};
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {h->km, h->kn, h->kk, h->batches},
+      {static_cast<ElementA const*>(a), dA, static_cast<ElementB const*>(b), dB},
+      {{}, nullptr, dD, static_cast<ElementD*>(y_eff), dD},
+      h->hw,
+      h->scheduler};
 #if CS_HAS_BIAS && CS_HAS_ACT
-    args.epilogue.thread = {{{}, {static_cast<ElementD const*>(bias)}, {}}, {}};
+  args.epilogue.thread = {{{}, {static_cast<ElementD const*>(bias)}, {}}, {}};
 #elif CS_HAS_BIAS
-    args.epilogue.thread = {{}, {static_cast<ElementD const*>(bias)}, {}};
+  args.epilogue.thread = {{}, {static_cast<ElementD const*>(bias)}, {}};
 #elif CS_BIAS_AS_C
-    // No visitor tree (the nosmem epilogue): D = acc + 1 * C, where C is the bias with a zero
-    // stride across y's rows: the leading dimension of row-major D, or of column-major D^T.
-    using StrideC = typename GemmKernel::StrideC;
-    auto dC = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(km, kn, 1));
-    cute::get<CS_SWAP_AB ? 1 : 0>(dC) = 0;
-    set_batch_stride(dC, 0);  // and across the views' batch
-    args.epilogue.ptr_C = static_cast<typename GemmKernel::ElementC const*>(bias);
-    args.epilogue.dC = dC;
-    args.epilogue.thread.beta = 1;
-#endif
-    return args;
-  };
+  // No visitor tree (the nosmem epilogue): D = acc + 1 * C, where C is the bias with a zero
+  // stride across y's rows: the leading dimension of row-major D, or of column-major D^T.
+  using StrideC = typename GemmKernel::StrideC;
+  auto dC = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(h->km, h->kn, 1));
+  cute::get<CS_SWAP_AB ? 1 : 0>(dC) = 0;
+  set_batch_stride(dC, 0);  // and across the views' batch
+  args.epilogue.ptr_C = static_cast<typename GemmKernel::ElementC const*>(bias);
+  args.epilogue.dC = dC;
+  args.epilogue.thread.beta = 1;
+#else
   (void)bias;
-  typename Gemm::Arguments args = arguments(h->km, h->kn, h->kk, h->batches, x_eff, y_eff);
+#endif
   cutlass::Status st = Gemm::can_implement(args);
   if (st != cutlass::Status::kSuccess) return fail(h, "can_implement", cutlassGetStatusString(st));
-  st = h->bound ? h->gemm.update(args, h->ws + r.kernel) : h->gemm.initialize(args, h->ws + r.kernel);
+  st = h->bound ? h->gemm.update(args, ws_kernel) : h->gemm.initialize(args, ws_kernel);
   if (st != cutlass::Status::kSuccess) return fail(h, "initialize", cutlassGetStatusString(st));
-  if (h->tail) {
-    // The last M mod P rows, one a view, at the same strides: view i is row M - tail + i.
-    const size_t row0 = size_t(h->m - h->tail);
-    const int kt = tail_k(h);
-    typename Gemm::Arguments targs = arguments(CS_SWAP_AB ? h->pad_n : 1, CS_SWAP_AB ? 1 : h->pad_n, kt, h->tail,
-                                               static_cast<const ElementA*>(x) + row0 * h->k,
-                                               static_cast<ElementD*>(y_eff) + row0 * h->pad_n);
-    // CUTLASS's check asks for a K of whole vectors, which TMA needs of strides and bases only:
-    // those are the main launch's. The check runs on K rounded up; the launch has the exact K.
-    typename Gemm::Arguments check = targs;
-    cute::get<2>(check.problem_shape) = int(round_up(size_t(kt), size_t(16 / sizeof(ElementA))));
-    st = Gemm::can_implement(check);
-    if (st != cutlass::Status::kSuccess) return fail(h, "can_implement", cutlassGetStatusString(st));
-    st = h->bound ? h->tail_gemm.update(targs, h->ws + r.tail) : h->tail_gemm.initialize(targs, h->ws + r.tail);
-    if (st != cutlass::Status::kSuccess) return fail(h, "initialize", cutlassGetStatusString(st));
-    h->tail_args = targs;
-  }
   h->args = args;
   h->bound = true;
   return 0;
@@ -326,12 +277,13 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
 int cs_run(cs_layer* h, void* stream) {
   if (!h || !h->bound) return fail(h, "cs_run", "cs_bind was not called");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const regions r = workspace_regions(h);
+  char* x_pad = h->ws + round_up(h->kernel_ws, 256);
+  char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
   const bool pdl = h->io & CS_IO_PDL;
   if (h->views > 1 && !h->w_views_built) {
     // Once a binding, on the call's stream: copy i of W shifted right by i * q, zeros around it.
     // Each copy's rows overrun by i * q into the next row's zero head, the last into the slack.
-    auto* w_views = reinterpret_cast<ElementA*>(h->ws + r.w_views);
+    auto* w_views = reinterpret_cast<ElementA*>(y_pad + round_up(h->y_pad_bytes, 256) + round_up(h->parts_bytes, 256));
     cudaError_t ze = cudaMemsetAsync(w_views, 0, h->w_views_bytes, s);
     if (ze != cudaSuccess) return fail(h, "cudaMemsetAsync", cudaGetErrorString(ze));
     for (int i = 0; i < h->views; ++i) {
@@ -343,14 +295,14 @@ int cs_run(cs_layer* h, void* stream) {
     h->w_views_built = true;
   }
   if (h->x_pad_bytes) {
-    cutsearch_copy::launch_repitch(reinterpret_cast<ElementA*>(h->ws + r.x_pad), h->pad_k,
+    cutsearch_copy::launch_repitch(reinterpret_cast<ElementA*>(x_pad), h->pad_k,
                                    static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s,
                                    /*pdl=*/false, /*trigger=*/pdl);
   }
   // Stream-K and split-K's fixup count arrivals in the workspace: stream-K before every launch,
   // the fixup once (its last arrival resets each counter).
   if (h->kernel_ws && (CS_SPLIT_K != 2 || !h->ws_zeroed)) {
-    cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws + r.kernel, s);
+    cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
     if (st != cutlass::Status::kSuccess) return fail(h, "initialize_workspace", cutlassGetStatusString(st));
     h->ws_zeroed = true;
   }
@@ -358,19 +310,10 @@ int cs_run(cs_layer* h, void* stream) {
   // GEMM built without grid-dependency control would not wait for the copy's writes.
   cutlass::Status st = h->gemm.run(s, nullptr, CS_GDC && pdl && h->x_pad_bytes && !h->kernel_ws);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
-  if (h->tail) {
-    if (h->tail_ws) {
-      st = GemmKernel::initialize_workspace(h->tail_args, h->ws + r.tail, s);
-      if (st != cutlass::Status::kSuccess) return fail(h, "initialize_workspace", cutlassGetStatusString(st));
-    }
-    // Its rows of y are its own, but it waits for the launch before it all the same.
-    st = h->tail_gemm.run(s, nullptr, CS_GDC && pdl && !h->tail_ws);
-    if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
-  }
 #if CS_SPLIT_K == 1
   // y is contiguous and unpadded here (the space's rule), in the partials' own order.
   cudaError_t re = cutsearch_reduce::launch_sum_splits<CS_SPLIT_ACT>(
-      static_cast<ElementA*>(h->y), reinterpret_cast<const float*>(h->ws + r.parts),
+      static_cast<ElementA*>(h->y), reinterpret_cast<const float*>(y_pad + round_up(h->y_pad_bytes, 256)),
       (long long)h->m * h->n, h->n, h->splits, static_cast<const ElementA*>(h->bias), h->hw.sm_count, s,
       CS_GDC && pdl);
   if (re != cudaSuccess) return fail(h, "launch", cudaGetErrorString(re));
@@ -379,7 +322,7 @@ int cs_run(cs_layer* h, void* stream) {
     // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
     // which is the same bytes. Either way row i of y starts at i * pad_n.
     cutsearch_copy::launch_repitch(static_cast<ElementD*>(h->y), h->n,
-                                   reinterpret_cast<const ElementD*>(h->ws + r.y_pad), h->pad_n, h->m, h->n, s,
+                                   reinterpret_cast<const ElementD*>(y_pad), h->pad_n, h->m, h->n, s,
                                    /*pdl=*/pdl);
   }
   cudaError_t e = cudaGetLastError();

@@ -3,8 +3,8 @@ offers them: a probe of a choice before the space takes it in.
 
     python studies/scripts/configs_bench.py OUT.json LAYERS.toml NAME CONFIG [CONFIG ...] [--jobs 16]
 
-NAME is a layer of LAYERS.toml; each CONFIG is `TMxTNxTK_cCMxCN_SCHEDULE_EPILOGUE_SCHEDULER[_swap]`,
-for example `256x80x64_c2x1_cooperative_tma_persistent_swap`. Every kernel is built, checked
+NAME is a layer of LAYERS.toml; each CONFIG is `TMxTNxTK_cCMxCN_SCHEDULE_EPILOGUE_SCHEDULER[_swap][_pad]`,
+for example `256x80x64_c2x1_cooperative_tma_persistent_swap` (`_pad`: N and K padded to 16 bytes). Every kernel is built, checked
 against the float64 reference and timed beside cuBLAS by the search's own evaluator over its
 whole knob grid; OUT is a recording of them all.
 """
@@ -19,16 +19,17 @@ from cutsearch.problem import load_layers
 from cutsearch.space import Config
 from variants import measure
 
-PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(\w+?)_(\w+?)_(persistent|streamk|grid)(_swap)?$")
+PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(\w+?)_(\w+?)_(persistent|streamk|grid)(_swap)?(_pad)?$")
 
 
 def parse(text: str) -> Config:
     match = PATTERN.match(text)
     if match is None:
-        raise SystemExit(f"not a config: {text!r} (want e.g. 256x80x64_c2x1_cooperative_tma_persistent_swap)")
-    tm, tn, tk, cm, cn, kernel, epilogue, scheduler, swap = match.groups()
+        raise SystemExit(f"not a config: {text!r} (want e.g. 256x80x64_c2x1_cooperative_tma_persistent_swap_pad)")
+    tm, tn, tk, cm, cn, kernel, epilogue, scheduler, swap, pad = match.groups()
     return Config(tile_m=int(tm), tile_n=int(tn), tile_k=int(tk), cluster_m=int(cm), cluster_n=int(cn),
-                  kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swap_ab=bool(swap))
+                  kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swap_ab=bool(swap),
+                  pad=bool(pad))
 
 
 def main() -> None:

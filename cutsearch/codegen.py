@@ -224,9 +224,6 @@ def render(layer: Layer, config: Config) -> KernelSource:
         name = operation.procedural_name()
         if config.epilogue_schedule in OWN_EPILOGUES:
             kernel, name = _replace_nosmem_epilogue(kernel, name, layer, config)
-        shifted_w = row_views(layer) is not None and not config.split_k
-        if shifted_w:
-            kernel = _shifted_w_mainloop(kernel, w_is_a=config.swap_ab)
         if fn is not None and row_views(layer) is not None:
             kernel = _batched_visitor_output(kernel)
         if fn is not None:
@@ -240,7 +237,6 @@ def render(layer: Layer, config: Config) -> KernelSource:
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
                            own_epilogues=own_epilogues() if config.epilogue_schedule in OWN_EPILOGUES else "",
-                           own_mainloop=own_mainloop() if shifted_w else "",
                            swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
@@ -251,18 +247,6 @@ def render(layer: Layer, config: Config) -> KernelSource:
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
                         cutlass_version=cutlass_version())
-
-
-def _shifted_w_mainloop(kernel: str, *, w_is_a: bool) -> str:
-    """Wrap the emitted mainloop in templates/mainloop.cuh's, which reads W at a column offset
-    that moves with the batch: the row views' one copy of W (space.RowViews)."""
-    pattern = re.compile(r"(using CollectiveMainloop =\s*)(typename cutlass::gemm::collective::CollectiveBuilder<.*?>::CollectiveOp);",
-                         re.DOTALL)
-    patched, count = pattern.subn(lambda mt: f"{mt.group(1)}cutsearch_views::ShiftedW<{mt.group(2)}, {str(w_is_a).lower()}>;",
-                                  kernel)
-    if count != 1:
-        raise CodegenError("the emitted kernel has no mainloop builder to wrap")
-    return patched
 
 
 def _batched_visitor_output(kernel: str) -> str:
@@ -358,12 +342,6 @@ def own_epilogues() -> str:
     """Our own epilogues (they need CUTLASS's headers, which the copies do not)."""
     text = (TEMPLATES / "epilogue.cuh").read_text()
     return text[text.index("// Staged epilogue"):]
-
-
-def own_mainloop() -> str:
-    """The shifted-W mainloop of x's row views (it needs CUTLASS's headers)."""
-    text = (TEMPLATES / "mainloop.cuh").read_text()
-    return text[text.index("// Shifted W"):]
 
 
 def render_template(name: str, **values: object) -> str:

@@ -14,9 +14,8 @@
 //   CS_IO_PDL  : the call's kernels overlap launch and prologue with the kernel before them
 //                (programmatic dependent launch); each waits for the writes it reads.
 //   CS_IO_X_VIEWS : instead of copying x (pad_k > K), read it in place as P row views, a batch
-//                of M / P rows each, against one copy of W with rows of K' that the first call
-//                after binding builds in the workspace, which view l reads l * q columns to the
-//                left (cutsearch.space.RowViews, templates/mainloop.cuh). Ignored where x
+//                of M / P rows each, against P shifted copies of W that the first call after
+//                binding builds in the workspace (cutsearch.space.RowViews). Ignored where x
 //                comes padded or P does not divide M: x is then copied.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
 
@@ -43,8 +42,6 @@ ${includes}
 ${copy_kernels}
 
 ${own_epilogues}
-
-${own_mainloop}
 
 // ==== one kernel ====
 // Everything below belongs to one kernel, in a namespace named by its content, so that several
@@ -118,15 +115,6 @@ void set_batch_stride(S& s, int64_t v) {
   if constexpr (batched<S>) cute::get<2>(s) = v;
 }
 
-// The row views' column offset of W per view, where the mainloop is the shifted-W one.
-template <class T, class = void> struct has_view_shift : std::false_type {};
-template <class T> struct has_view_shift<T, std::void_t<decltype(std::declval<T&>().view_shift)>> : std::true_type {};
-
-template <class A>
-void set_view_shift(A& mainloop, int q) {
-  if constexpr (has_view_shift<A>::value) mainloop.view_shift = q;
-}
-
 }  // namespace cutsearch_impl
 
 using namespace cutsearch_impl;
@@ -145,7 +133,7 @@ struct cs_layer {
   Gemm gemm;
   size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0, w_views_bytes = 0;
   bool ws_zeroed = false;  // the fixup's counters, since the workspace was bound
-  bool w_views_built = false;  // W's copy with rows of K', since W or the workspace was bound
+  bool w_views_built = false;  // W's shifted copies, since W or the workspace was bound
   const void* x = nullptr;
   const void* w = nullptr;
   const void* bias = nullptr;
@@ -207,8 +195,8 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
                                     {h->km, h->kn, h->kk, h->batches}, {}, {}, h->hw, h->scheduler};
   h->kernel_ws = Gemm::get_workspace_size(probe);
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 ? size_t(m) * pad_k * sizeof(ElementA) : 0;
-  // W with rows of K' (zeros past K), which every view reads at its own column offset.
-  h->w_views_bytes = h->views > 1 ? size_t(pad_n) * h->kk * sizeof(ElementA) : 0;
+  // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
+  h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
   h->y_pad_bytes = pad_n != n && !(io & CS_IO_Y_PADDED) ? size_t(m) * pad_n * sizeof(ElementD) : 0;
   h->parts_bytes = CS_SPLIT_K == 1 ? size_t(h->splits) * h->km * h->kn * sizeof(ElementD) : 0;
   *out = h;
@@ -242,8 +230,7 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
 #elif !CS_Y_TRANSPOSED  // y^T's unit stride is where the views would step by P rows (no views)
   if (h->views > 1) {
     if (reinterpret_cast<uintptr_t>(x) % 16) return fail(h, "cs_bind", "x must be 16-byte aligned");
-    // View i: rows i, i + P, ... of x, from i * (K - q) elements in; W' is [pad_n, K'], read
-    // i * q columns to the left (the mainloop's view shift; its batch stride goes unused);
+    // View i: rows i, i + P, ... of x, from i * (K - q) elements in; W' is packed [P, pad_n, K'];
     // y's rows i, i + P, ... are its rows of pitch pad_n (D^T's columns when swapped).
     const int64_t p = h->views, x_rows = p * h->k, x_view = h->k - h->view_shift, pitch = h->pad_n;
     auto view_x = [&](auto& d) { cute::get<0>(d) = x_rows; cute::get<2>(d) = x_view; };
@@ -276,7 +263,6 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
 #else
   (void)bias;
 #endif
-  set_view_shift(args.mainloop, h->views > 1 ? h->view_shift : 0);
   cutlass::Status st = Gemm::can_implement(args);
   if (st != cutlass::Status::kSuccess) return fail(h, "can_implement", cutlassGetStatusString(st));
   st = h->bound ? h->gemm.update(args, ws_kernel) : h->gemm.initialize(args, ws_kernel);
@@ -295,11 +281,17 @@ int cs_run(cs_layer* h, void* stream) {
   char* y_pad = x_pad + round_up(h->x_pad_bytes, 256);
   const bool pdl = h->io & CS_IO_PDL;
   if (h->views > 1 && !h->w_views_built) {
-    // Once a binding, on the call's stream: W's rows repitched to K', zeros past K.
+    // Once a binding, on the call's stream: copy i of W shifted right by i * q, zeros around it.
+    // Each copy's rows overrun by i * q into the next row's zero head, the last into the slack.
     auto* w_views = reinterpret_cast<ElementA*>(y_pad + round_up(h->y_pad_bytes, 256) + round_up(h->parts_bytes, 256));
-    cudaError_t ce = cutsearch_copy::launch_repitch(w_views, h->kk, static_cast<const ElementA*>(h->w), h->pad_k,
-                                                    h->pad_n, h->k, s);
-    if (ce != cudaSuccess) return fail(h, "launch", cudaGetErrorString(ce));
+    cudaError_t ze = cudaMemsetAsync(w_views, 0, h->w_views_bytes, s);
+    if (ze != cudaSuccess) return fail(h, "cudaMemsetAsync", cudaGetErrorString(ze));
+    for (int i = 0; i < h->views; ++i) {
+      cudaError_t ce = cutsearch_copy::launch_repitch(
+          w_views + size_t(i) * h->pad_n * h->kk + size_t(i) * h->view_shift, h->kk,
+          static_cast<const ElementA*>(h->w), h->pad_k, h->pad_n, h->k, s);
+      if (ce != cudaSuccess) return fail(h, "launch", cudaGetErrorString(ce));
+    }
     h->w_views_built = true;
   }
   if (h->x_pad_bytes) {

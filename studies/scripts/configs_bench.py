@@ -3,10 +3,11 @@ offers them: a probe of a choice before the space takes it in.
 
     python studies/scripts/configs_bench.py OUT.json LAYERS.toml NAME CONFIG [CONFIG ...] [--jobs 16]
 
-NAME is a layer of LAYERS.toml; each CONFIG is `TMxTNxTK_cCMxCN_SCHEDULE_EPILOGUE_SCHEDULER[_swap][_pad]`,
-for example `256x80x64_c2x1_cooperative_tma_persistent_swap` (`_pad`: N and K padded to 16 bytes). Every kernel is built, checked
-against the float64 reference and timed beside cuBLAS by the search's own evaluator over its
-whole knob grid; OUT is a recording of them all.
+NAME is a layer of LAYERS.toml; each CONFIG is
+`TMxTNxTK_cCMxCN_SCHEDULE_EPILOGUE_SCHEDULER[_swap][_pad]`, for example
+`256x80x64_c2x1_cooperative_tma_persistent_swap` (`_pad`: N and K padded to 16 bytes). Every kernel
+is built, checked against the float64 reference and timed beside cuBLAS by the search's own
+evaluator over its whole knob grid; OUT is a recording of them all.
 """
 
 from __future__ import annotations

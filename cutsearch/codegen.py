@@ -145,6 +145,7 @@ _EPILOGUE_SCHEDULES = {
     ("ws", "direct"): "NoSmemWarpSpecialized",
     ("pingpong", "fixup"): "NoSmemWarpSpecialized",
     ("cooperative", "fixup"): "NoSmemWarpSpecialized",
+    ("ws", "fixup"): "NoSmemWarpSpecialized",
 }
 # Epilogues of templates/epilogue.cuh, each emitted as nosmem and then swapped in.
 OWN_EPILOGUES = ("staged", "direct", "fixup")

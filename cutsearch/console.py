@@ -141,7 +141,7 @@ def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
     if c.get("split_k"):
         line += f", split-K in {knobs.get('splits', 2)} slices"
     if c["tile_scheduler"] == "grid":
-        line += "; a CTA per tile"  # no scheduler: nothing to raster or swizzle
+        line += "; a CTA per tile and slice" if c.get("split_k") else "; a CTA per tile"  # nothing to raster
     else:
         raster = {0: "heuristic", 1: "along M", 2: "along N"}[knobs.get("raster", 0)]
         line += f"; raster {raster}, swizzle {knobs.get('swizzle', 1)}"

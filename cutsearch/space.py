@@ -51,6 +51,8 @@ SCHEDULES = (
     # scheduler: on the H200 each of 12 such configs of decode and small_batch was 0.2-0.7 µs
     # faster than its pingpong twin (studies/recorded/h200x2-2026-12-01-ws/).
     "ws/tma/grid", "ws/nosmem/grid", "ws/direct/grid",
+    # Split-K on the same grid: the slices are more CTAs, with no persistent scheduler.
+    "ws/fixup/grid",
 )
 STAGES = (0, 2, 3, 4, 5, 6, 7)  # 0: the CollectiveBuilder fits as many as shared memory allows
 # The default space leaves the stage count to the CollectiveBuilder. In 64 recorded H200 pairs
@@ -202,8 +204,8 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "the ws kernel schedule, and only it, launches a grid of all the tiles"
     if c.kernel_schedule == "ws" and c.tile_m > 128:
         return "the ws schedule gives one warpgroup the whole tile: tile M must be <= 128"
-    if c.kernel_schedule == "ws" and c.epilogue_schedule not in ("tma", "nosmem", "direct"):
-        return "the ws schedule takes the TMA, the nosmem or the direct epilogue"
+    if c.kernel_schedule == "ws" and c.epilogue_schedule not in ("tma", "nosmem", "direct", "fixup"):
+        return "the ws schedule takes the TMA, the nosmem, the direct or the fixup epilogue"
     # Cooperative splits the tile over two warpgroups; pingpong and ws give each one a whole tile.
     warpgroups = 2 if c.kernel_schedule == "cooperative" or (c.kernel_schedule == "auto" and c.tile_m >= 128) else 1
     if c.tile_m * c.tile_n > 128 * 128 * warpgroups:
@@ -265,9 +267,12 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         reason = _split_k_invalid(layer, c, kp)
         if reason:
             return reason
-    if c.kernel_schedule == "ws" and (ctas := output_ctas(kp, c)) > SM_COUNT:
-        return (f"the ws schedule launches a CTA a tile: {ctas} tiles are more than one wave of {SM_COUNT} SMs, "
-                "which the persistent schedules serve")
+    if c.kernel_schedule == "ws":
+        slices = min(k_splits(c, kp, layer.dtype)) if c.split_k else 1
+        if (ctas := output_ctas(kp, c) * slices) > SM_COUNT:
+            what = f"{ctas} tiles" if slices == 1 else f"{ctas} tiles and slices"
+            return (f"the ws schedule launches a CTA a tile: {what} are more than one wave of {SM_COUNT} SMs, "
+                    "which the persistent schedules serve")
     if -(-kp.m // c.tile_m) < c.cluster_m:
         return "cluster along M is larger than the problem"
     if -(-kp.n // c.tile_n) < c.cluster_n:
@@ -310,9 +315,9 @@ def k_splits(config: Config, kp: KernelProblem, dtype: str) -> tuple[int, ...]:
 def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
     if not split_k_helps(layer):
         return "split-K only where the output holds less than one 128x128 tile per SM"
-    if c.tile_scheduler != "persistent" or c.epilogue_schedule not in ("tma", "fixup"):
-        return ("split-K runs on the persistent scheduler with the TMA epilogue and a reduction kernel, or the "
-                "fixup epilogue (stream-K splits on its own)")
+    if c.tile_scheduler not in ("persistent", "grid") or c.epilogue_schedule not in ("tma", "fixup"):
+        return ("split-K runs on the persistent scheduler or the ws grid, with the TMA epilogue and a reduction "
+                "kernel or with the fixup epilogue (stream-K splits on its own)")
     if kp.pad_k != layer.k or kp.pad_n != layer.n or layer.input != "contiguous" or layer.output != "contiguous":
         return "split-K needs K and N in 16-byte rows and contiguous x and y"
     if not k_splits(c, kp, layer.dtype):
@@ -334,7 +339,10 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
         grid = [Knobs(raster=r, swizzle=sw, splits=s) for r in (1, 2) for sw in (1, 4)
                 for s in k_splits(config, kp, layer.dtype)]
     if config.tile_scheduler == "grid":
-        grid = [Knobs()]  # the grid is the tiles in order: nothing to raster or swizzle
+        # The grid is the tiles in order, nothing to raster or swizzle; split-K's slices multiply
+        # its CTAs, up to one wave.
+        grid = ([Knobs(splits=s) for s in k_splits(config, kp, layer.dtype) if output_ctas(kp, config) * s <= SM_COUNT]
+                if config.split_k else [Knobs()])
     if views_apply(layer, config):
         grid += [dataclasses.replace(k, views=1) for k in grid]
     # Launch overlap matters only between kernels of one call: a copy or the split-K reduction

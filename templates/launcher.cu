@@ -133,6 +133,7 @@ struct cs_layer {
   Gemm gemm;
   size_t kernel_ws = 0, x_pad_bytes = 0, y_pad_bytes = 0, parts_bytes = 0, w_views_bytes = 0;
   bool ws_zeroed = false;  // the fixup's counters, since the workspace was bound
+  bool epilogue_ws = false;  // the kernel's workspace is its epilogue's alone (the ws grid's fixup)
   bool w_views_built = false;  // W's shifted copies, since W or the workspace was bound
   const void* x = nullptr;
   const void* w = nullptr;
@@ -194,6 +195,11 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   typename Gemm::Arguments probe = {cutlass::gemm::GemmUniversalMode::kGemm,
                                     {h->km, h->kn, h->kk, h->batches}, {}, {}, h->hw, h->scheduler};
   h->kernel_ws = Gemm::get_workspace_size(probe);
+  // CUTLASS's non-persistent ws kernel sizes and zeroes no workspace, yet hands its epilogue the
+  // one it is given: there the fixup's counters and partials take all of it.
+  const size_t epilogue_ws = GemmKernel::CollectiveEpilogue::get_workspace_size(probe.problem_shape, probe.epilogue);
+  h->epilogue_ws = h->kernel_ws < epilogue_ws;
+  if (h->epilogue_ws) h->kernel_ws = epilogue_ws;
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 ? size_t(m) * pad_k * sizeof(ElementA) : 0;
   // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
   h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
@@ -302,7 +308,10 @@ int cs_run(cs_layer* h, void* stream) {
   // Stream-K and split-K's fixup count arrivals in the workspace: stream-K before every launch,
   // the fixup once (its last arrival resets each counter).
   if (h->kernel_ws && (CS_SPLIT_K != 2 || !h->ws_zeroed)) {
-    cutlass::Status st = GemmKernel::initialize_workspace(h->args, h->ws, s);
+    cutlass::Status st =
+        h->epilogue_ws
+            ? GemmKernel::CollectiveEpilogue::initialize_workspace(h->args.problem_shape, h->args.epilogue, h->ws, s)
+            : GemmKernel::initialize_workspace(h->args, h->ws, s);
     if (st != cutlass::Status::kSuccess) return fail(h, "initialize_workspace", cutlassGetStatusString(st));
     h->ws_zeroed = true;
   }

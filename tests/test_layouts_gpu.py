@@ -92,6 +92,14 @@ CASES = {
     "split-k-fixup-128x96": (Layer(m=200, n=640, k=2048, dtype="bf16", bias=True),
                              Config(tile_m=128, tile_n=96, tile_k=64, cluster_m=2, kernel_schedule="pingpong",
                                     epilogue_schedule="fixup", split_k=True)),
+    # Split-K on the ws grid: the slices summed by the fixup epilogue (swapped), or by the
+    # reduction kernel (M = 1).
+    "split-k-ws-fixup-swapped": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws",
+                                                 epilogue_schedule="fixup", tile_scheduler="grid", swap_ab=True,
+                                                 split_k=True)),
+    "split-k-ws-m1": (dataclasses.replace(SMALL_M, m=1, activation="gelu"),
+                      Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
+                             tile_scheduler="grid", split_k=True)),
     # The non-persistent kernel (a grid of all the tiles): swapped with a cluster, y's unaligned
     # rows stored by nosmem, and M = 1 with x and y copied.
     "ws-swapped-cluster": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
@@ -191,6 +199,18 @@ def test_the_fixup_computes_the_layer_under_every_raster_and_swizzle(built, name
         assert_every_variant_passes(worker, built, name, knobs)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["split-k-ws-fixup-swapped", "split-k-ws-m1"])
+def test_split_k_on_the_ws_grid_computes_the_layer_in_every_slice_count(built, name):
+    """Every slice count the search measures on the ws grid, up to one wave of CTAs, passes the
+    float64 check."""
+    layer, config = CASES[name]
+    knobs = tuple(knob_grid(config, layer))
+    assert sorted({k.splits for k in knobs}) == [2, 4, 8]
+    with WorkerProcess(0) as worker:
+        assert_every_variant_passes(worker, built, name, knobs)
+
+
 def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> None:
     layer, config = CASES[name]
     kp = kernel_problem(layer, config)
@@ -256,7 +276,7 @@ def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["split-k-fixup-swapped", "split-k-fixup-m1"])
+@pytest.mark.parametrize("name", ["split-k-fixup-swapped", "split-k-fixup-m1", "split-k-ws-fixup-swapped"])
 def test_the_fixup_gives_the_same_bits_call_after_call(built, name):
     """The fixup's tile counters wrap back to zero on each tile's last slice, with no reset
     between calls: 100 calls on each of two workspaces (each filled with 0xFF before binding)

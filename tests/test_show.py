@@ -159,3 +159,5 @@ def test_a_grid_winner_is_described_without_raster_or_swizzle():
     persistent = _config_line({**grid, "kernel_schedule": "pingpong", "tile_scheduler": "persistent"},
                               {"raster": 2, "swizzle": 4})
     assert "raster along N, swizzle 4" in persistent and "a CTA per tile" not in persistent
+    split = _config_line({**grid, "epilogue_schedule": "fixup", "split_k": True}, {"splits": 8})
+    assert "split-K in 8 slices; a CTA per tile and slice" in split and "raster" not in split

@@ -75,9 +75,9 @@ def cfg(**kw) -> Config:
     (ALIGNED, cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid"),
      "the ws schedule launches a CTA a tile: 2048 tiles are more than one wave of 132 SMs"),
     (UNALIGNED_N, cfg(kernel_schedule="ws", tile_scheduler="grid", epilogue_schedule="staged"),
-     "the ws schedule takes the TMA, the nosmem or the direct epilogue"),
+     "the ws schedule takes the TMA, the nosmem, the direct or the fixup epilogue"),
     (Layer(m=16, n=4096, k=4096), cfg(tile_m=64, tile_n=16, kernel_schedule="ws", tile_scheduler="grid", split_k=True),
-     "split-K runs on the persistent scheduler"),
+     "the ws schedule launches a CTA a tile: 512 tiles and slices are more than one wave of 132 SMs"),
     (GELU, cfg(tile_m=64, tile_n=224, kernel_schedule="pingpong", swap_ab=True),
      "a fused GELU or SiLU on a 64x224 pingpong tile spills registers"),
     (dataclasses.replace(GELU, activation="silu"), cfg(tile_m=64, tile_n=224, kernel_schedule="pingpong"),
@@ -222,7 +222,7 @@ def test_split_k_is_searched_on_request_only_where_the_output_tiles_leave_sms_id
     assert invalid_reason(DECODE, split) is None
     assert split.key.endswith("_swap_splitk") and Config.from_dict(split.to_dict()) == split
     assert "less than one 128x128 tile per SM" in invalid_reason(ALIGNED, dataclasses.replace(split, tile_m=128))
-    assert "persistent scheduler with the TMA epilogue" in invalid_reason(
+    assert "persistent scheduler or the ws grid, with the TMA epilogue" in invalid_reason(
         DECODE, dataclasses.replace(split, tile_m=128, kernel_schedule="cooperative", tile_scheduler="streamk"))
     assert "contiguous x and y" in invalid_reason(dataclasses.replace(DECODE, output="transposed"), split)
     assert "no split into 16-byte slices" in invalid_reason(dataclasses.replace(DECODE, k=264), split)
@@ -256,7 +256,10 @@ def test_the_fixup_epilogue_sums_split_k_slices_in_the_gemm_and_only_there():
     # Its schedules are offered only where split-K is searched.
     assert not [s for s in Space(DECODE).dimensions()["schedule"] if "fixup" in s]
     assert {s for s in Space(DECODE, split_k=(False, True)).dimensions()["schedule"] if "fixup" in s} == {
-        "pingpong/fixup/persistent", "cooperative/fixup/persistent"}
+        "pingpong/fixup/persistent", "cooperative/fixup/persistent", "ws/fixup/grid"}
+    # On the ws grid, only the slice counts that keep the CTAs to one wave: 64 tiles, two slices.
+    ws = dataclasses.replace(fixup, kernel_schedule="ws", tile_scheduler="grid")
+    assert invalid_reason(DECODE, ws) is None and knob_grid(ws, DECODE) == [Knobs(splits=2)]
     configs = list(Space(DECODE, split_k=(False, True)))
     assert any(c.epilogue_schedule == "fixup" for c in configs)
     assert all(c.split_k for c in configs if c.epilogue_schedule == "fixup")
@@ -406,8 +409,8 @@ def test_schedule_dimension_holds_only_pairs_cutlass_accepts():
         config = Config(tile_m=128, tile_n=64 if epilogue == "fixup" else 128, tile_k=64, kernel_schedule=kernel,
                         epilogue_schedule=epilogue, tile_scheduler=scheduler, split_k=epilogue == "fixup")
         layer = UNALIGNED_N if epilogue in SIMT_EPILOGUES else DECODE if epilogue == "fixup" else ALIGNED
-        if kernel == "ws":  # one wave of tiles
-            layer = dataclasses.replace(layer, m=256)
+        if kernel == "ws":  # one wave of tiles, and of slices under split-K
+            layer = dataclasses.replace(layer, m=128 if config.split_k else 256)
         reason = invalid_reason(layer, config)
         assert reason is None, (schedule, reason)
 

@@ -137,12 +137,12 @@ def measure_recordings(script: str, prefix: str, kinds: tuple[str, ...], keep, s
 
 
 def measure(layer: Layer, bases: list[Config], kinds: tuple[str, ...], out: Path, *, study: str, command: str,
-            jobs: int | None) -> None:
+            jobs: int | None, cache_dir: Path | None = None) -> None:
     """Build, check and time `bases` and their variants of `kinds` on this GPU; record them in
     `out` and print them fastest first."""
     configs = list(dict.fromkeys(bases + [v for b in bases for v in variants(layer, b, kinds)]))
     print(f"{layer.shape}: {len(bases)} bases, {len(configs) - len(bases)} variants", flush=True)
-    ev = GpuEvaluator(cache_dir=Path(tempfile.mkdtemp()), jobs=jobs)
+    ev = GpuEvaluator(cache_dir=cache_dir or Path(tempfile.mkdtemp()), jobs=jobs)
     try:
         results = list(ev.evaluate(layer, configs))
         gpu = ev.device().name

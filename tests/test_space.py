@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from cutsearch.problem import Layer
-from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, TILE_K, TILE_N, Config, Knobs, Space, copies, invalid_reason, kernel_problem, knob_grid,
-                             fitted_tile_n, smem_bytes, split_k_pays)
+from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, SM_COUNT, TILE_K,
+                             TILE_N, Config, Knobs, Space, copies, fitted_tile_n, invalid_reason, kernel_problem,
+                             knob_grid, output_ctas, smem_bytes, split_k_pays)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
 UNALIGNED_K = Layer(m=512, n=1024, k=999)
@@ -531,3 +532,24 @@ def test_fitted_tile_widths_fill_whole_waves_of_the_sms():
     # Another layer's fitted width is not a choice here; a layer on the grid gets none.
     assert "outside the space" in invalid_reason(ALIGNED, fitted)
     assert fitted_tile_n(ALIGNED) == ()
+
+
+def test_split_k_on_the_ws_grid_is_searched_where_it_won_on_the_h200_and_not_for_decode():
+    """Recorded on one H200 (studies/recorded/h200-2026-12-02-ws-split-k/): the same tiles as one
+    kernel, as persistent split-K and as split-K on the ws grid. On 8x1000x8192 the grid's fixup
+    was fastest, and the default space offers it there, with slice counts up to one wave. On
+    decode every split lost to one kernel, and its default space holds no split-K."""
+    from cutsearch.efficiency import Recording
+
+    here = Path(__file__).resolve().parent.parent / "studies/recorded/h200-2026-12-02-ws-split-k"
+    head = Recording.load(here / "ws-split-k-head_long_k.json")
+    best = head.best().config
+    assert (best.kernel_schedule, best.epilogue_schedule, best.split_k) == ("ws", "fixup", True)
+    assert best in set(Space(head.layer))
+    persistent = [e.outcome.median_us for e in head.measured() if e.config.tile_scheduler == "persistent"]
+    assert head.best().outcome.median_us < min(persistent)
+    assert all(output_ctas(kernel_problem(head.layer, best), best) * k.splits <= SM_COUNT
+               for k in knob_grid(best, head.layer))
+    decode = Recording.load(here / "ws-split-k-decode-f16.json")
+    assert not decode.best().config.split_k
+    assert Space(decode.layer).dimensions()["split_k"] == (False,)

@@ -293,6 +293,7 @@ def split_k_helps(layer: Layer) -> bool:
 
 
 SPLIT_K_MIN_K = 1024  # below it each slice's mainloop is too short to pay for the split
+SPLIT_K_LONG_K = 7680  # between the H200's longest losing K (6144) and shortest winning one (7936)
 
 
 def split_k_pays(layer: Layer) -> bool:
@@ -300,10 +301,15 @@ def split_k_pays(layer: Layer) -> bool:
     orientation, would give at most a quarter of the SMs a tile: one kernel cannot then stream W
     fast enough. On the H200, 32x512x16384 went from 23.3 µs in one kernel to 15.0 µs in four
     slices, while decode (64 such tiles swapped, 128 direct) gained nothing
-    (studies/recorded/h200x2-2026-12-01-fixup/). Past the bound, split-K gained 2% on
-    298x384x7936 and lost 24% on 200x640x10240 (studies/recorded/h200-2026-12-02-split-k-fixed/)."""
+    (studies/recorded/h200x2-2026-12-01-fixup/). Up to half the SMs it pays only where K is very
+    long: on the ws grid it won on 298x384x7936 (best trial 4% faster) and 128x1024x8192 (export
+    8% faster), and lost 14-19% on three layers with K of 4096-6144
+    (studies/recorded/h200-2026-12-03-split-k-band/). Past half, it lost 24% on 200x640x10240
+    (h200-2026-12-02-split-k-fixed/)."""
     tiles = max(-(-layer.m // 64) * -(-layer.n // 32), -(-layer.n // 64) * -(-layer.m // 32))
-    return split_k_helps(layer) and layer.k >= SPLIT_K_MIN_K and tiles <= SM_COUNT // 4
+    if not split_k_helps(layer) or layer.k < SPLIT_K_MIN_K:
+        return False
+    return tiles <= SM_COUNT // 4 or (tiles <= SM_COUNT // 2 and layer.k >= SPLIT_K_LONG_K)
 
 
 def k_splits(config: Config, kp: KernelProblem, dtype: str) -> tuple[int, ...]:

@@ -62,7 +62,7 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
 
     `all_stages` also searches explicit stage counts; by default the CUTLASS builder picks them.
     `split_k` also searches split-K wherever the layer's output tiles leave SMs idle; without it,
-    only where K is long and they would leave three quarters idle (space.split_k_pays).
+    only where K is long and they would leave most SMs idle (space.split_k_pays).
     `prune` lets TPE skip the configs the cost model rates hopeless.
     """
     check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm)

@@ -239,6 +239,9 @@ def test_split_k_is_searched_by_default_only_where_one_kernel_would_idle_most_sm
     assert not split_k_pays(dataclasses.replace(DECODE, m=1))
     # 33 tiles is the edge: a quarter of 132 SMs.
     assert split_k_pays(Layer(m=32, n=32 * 33, k=4096)) and not split_k_pays(Layer(m=32, n=32 * 34, k=4096))
+    # Up to 66 tiles, half the SMs, only with a K of 7680 or more.
+    assert split_k_pays(Layer(m=32, n=32 * 66, k=7680)) and not split_k_pays(Layer(m=32, n=32 * 66, k=7672))
+    assert not split_k_pays(Layer(m=32, n=32 * 67, k=16384))
     assert Space(dataclasses.replace(narrow, k=16383)).dimensions()["split_k"] == (False,)  # no 16-byte slices
     assert not split_k_pays(Layer(m=64, n=64, k=512))  # a short K: no slice would run long
 
@@ -553,3 +556,27 @@ def test_split_k_on_the_ws_grid_is_searched_where_it_won_on_the_h200_and_not_for
     decode = Recording.load(here / "ws-split-k-decode-f16.json")
     assert not decode.best().config.split_k
     assert Space(decode.layer).dimensions()["split_k"] == (False,)
+
+
+@pytest.mark.parametrize("files", [
+    ("h200-2026-12-03-split-k-band/band_proj.json", "h200-2026-12-03-split-k-band/band_proj_split.json"),
+    ("h200-2026-12-03-split-k-band/band_gelu.json", "h200-2026-12-03-split-k-band/band_gelu_split.json"),
+    ("h200-2026-12-03-split-k-band/band_square.json", "h200-2026-12-03-split-k-band/band_square_split.json"),
+    ("h200-2026-12-03-split-k-band/band_wide.json", "h200-2026-12-03-split-k-band/band_wide_split.json"),
+    ("h200-2026-12-02-ws-split-k/search/random5.json",),
+    ("h200-2026-12-02-split-k-fixed/proj_long_k.json",),
+])
+def test_the_default_space_holds_split_k_exactly_where_it_won_on_the_h200(files):
+    """Recorded on one H200: searches of long-K layers with split-K in their space (and, for the
+    band layers, the same trial count without it). Split-K won where its best trial beat every
+    one-kernel trial; the default space must hold it there and nowhere else among these."""
+    from cutsearch.efficiency import Recording
+
+    here = Path(__file__).resolve().parent.parent / "studies/recorded"
+    recordings = [Recording.load(here / f) for f in files]
+    layer = dataclasses.replace(recordings[-1].layer, name=None)
+    assert all(dataclasses.replace(r.layer, name=None) == layer for r in recordings)
+    times = {kind: min(e.outcome.median_us for r in recordings for e in r.measured() if e.config.split_k == kind)
+             for kind in (False, True)}
+    assert split_k_pays(layer) == (times[True] < times[False])
+    assert Space(layer).dimensions()["split_k"] == ((False, True) if split_k_pays(layer) else (False,))

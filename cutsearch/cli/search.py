@@ -63,7 +63,8 @@ def search_cmd(
                                  help="Also search split-K wherever the output tiles leave SMs idle: K in "
                                       "slices, summed by the GEMM's own epilogue or by a second kernel. Without "
                                       "it, split-K is searched only where K >= 1024 and 64x32 tiles would busy a "
-                                      "quarter of the SMs or fewer; on the H200 it was at par for decode."),
+                                      "quarter of the SMs or fewer (half, where K >= 7680); on the H200 it was at "
+                                      "par for decode."),
     prune: bool = typer.Option(True, "--prune/--no-prune",
                                help="With TPE, skip configs the cost model predicts at 2x its best or slower."),
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),

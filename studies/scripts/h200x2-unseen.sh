@@ -5,8 +5,10 @@
 # (studies/scripts/use_export.py). Everything lands in $OUT/unseen.tgz ($OUT keeps at most 8 files).
 # GPUS="1" runs every layer on GPU 1 alone (CPUs 16-31), leaving GPU 0 to other work.
 # SEARCH_ARGS adds options to each search (--split-k, say); SKIP_SETUP=1 where the wheels are in.
+# ONLY="NAME ..." searches those layers alone; SUFFIX is appended to each study's name.
 #   h200x2-unseen.sh [LAYERS.toml]
 set -u
+: "${OUT:?the folder the results land in}"
 here=$(dirname "$0")
 toml=${1:-studies/unseen.toml}
 [ -n "${SKIP_SETUP:-}" ] || bash "$here/h200x2-exhaustive.sh" setup || exit 1
@@ -35,15 +37,21 @@ save() {  # what is done so far, so that a run cut by its time limit keeps its f
 }
 
 # NAME|SEARCH-ARGS per layer, from the file.
-mapfile -t layers < <(python3 - "$toml" <<'PY'
+mapfile -t layers < <(python3 - "$toml" "${ONLY:-}" "${SUFFIX:-}" <<'PY'
 import sys
 from pathlib import Path
 from cutsearch.problem import load_layers
-for name, l in load_layers(Path(sys.argv[1])).items():
-    print(f"{name}|--m {l.m} --n {l.n} --k {l.k} --dtype {l.dtype} {'--bias' if l.bias else '--no-bias'} "
+layers = load_layers(Path(sys.argv[1]))
+only = sys.argv[2].split() or list(layers)
+if unknown := [n for n in only if n not in layers]:
+    sys.exit(f"not in {sys.argv[1]}: {', '.join(unknown)}")
+for name in only:
+    l = layers[name]
+    print(f"{name}{sys.argv[3]}|--m {l.m} --n {l.n} --k {l.k} --dtype {l.dtype} {'--bias' if l.bias else '--no-bias'} "
           f"--activation {l.activation}")
 PY
 )
+[ ${#layers[@]} -gt 0 ] || exit 2
 read -r -a gpus <<< "${GPUS:-0 1}"
 for slot in "${!gpus[@]}"; do
   (

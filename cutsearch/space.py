@@ -293,7 +293,7 @@ def split_k_helps(layer: Layer) -> bool:
 
 
 SPLIT_K_MIN_K = 1024  # below it each slice's mainloop is too short to pay for the split
-SPLIT_K_LONG_K = 7680  # between the H200's longest losing K (6144) and shortest winning one (7936)
+SPLIT_K_LONG_K = 7680  # between the H200's longest losing K (7424) and shortest winning one (7936)
 
 
 def split_k_pays(layer: Layer) -> bool:
@@ -303,9 +303,9 @@ def split_k_pays(layer: Layer) -> bool:
     slices, while decode (64 such tiles swapped, 128 direct) gained nothing
     (studies/recorded/h200x2-2026-12-01-fixup/). Up to half the SMs it pays only where K is very
     long: on the ws grid it won on 298x384x7936 (best trial 4% faster) and 128x1024x8192 (export
-    8% faster), and lost 14-19% on three layers with K of 4096-6144
-    (studies/recorded/h200-2026-12-03-split-k-band/). Past half, it lost 24% on 200x640x10240
-    (h200-2026-12-02-split-k-fixed/)."""
+    8% faster), and lost 3-19% on five layers with K of 4096-7424
+    (studies/recorded/h200-2026-12-03-split-k-band/, h200-2026-12-03-split-k-gap/). Past half, it
+    lost 24% on 200x640x10240 (h200-2026-12-02-split-k-fixed/)."""
     tiles = max(-(-layer.m // 64) * -(-layer.n // 32), -(-layer.n // 64) * -(-layer.m // 32))
     if not split_k_helps(layer) or layer.k < SPLIT_K_MIN_K:
         return False

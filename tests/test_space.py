@@ -563,6 +563,8 @@ def test_split_k_on_the_ws_grid_is_searched_where_it_won_on_the_h200_and_not_for
     ("h200-2026-12-03-split-k-band/band_gelu.json", "h200-2026-12-03-split-k-band/band_gelu_split.json"),
     ("h200-2026-12-03-split-k-band/band_square.json", "h200-2026-12-03-split-k-band/band_square_split.json"),
     ("h200-2026-12-03-split-k-band/band_wide.json", "h200-2026-12-03-split-k-band/band_wide_split.json"),
+    ("h200-2026-12-03-split-k-gap/gap_proj.json", "h200-2026-12-03-split-k-gap/gap_proj_split.json"),
+    ("h200-2026-12-03-split-k-gap/gap_silu.json", "h200-2026-12-03-split-k-gap/gap_silu_split.json"),
     ("h200-2026-12-02-ws-split-k/search/random5.json",),
     ("h200-2026-12-02-split-k-fixed/proj_long_k.json",),
 ])

@@ -209,6 +209,123 @@ def _adapt(layer: Layer, space: Space, config: Config) -> Config | None:
     return None
 
 
+@dataclasses.dataclass(kw_only=True)
+class _Run:
+    """This process's part of a study: the settled configs it has learned of (told here or by
+    any other worker), its best trial, and the trials it holds while they are built and measured."""
+    study: optuna.Study
+    layer: Layer
+    evaluator: Evaluator
+    events: Events | None
+    on_best: Callable[[TrialRecord, float | None], None] | None
+    artifacts: Any
+    known: dict[str, Evaluation] = dataclasses.field(default_factory=dict)
+    learned: set[int] = dataclasses.field(default_factory=set)  # trial ids already read into `known`
+    best: TrialRecord | None = None
+    new_trials: int = 0
+    new_compiles: int = 0
+
+    def learn(self, trials: list[optuna.trial.FrozenTrial]) -> None:
+        """Add the settled configs among `trials` (those not read before) to `known`."""
+        for t in trials:
+            if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or t._trial_id in self.learned:
+                continue
+            self.learned.add(t._trial_id)
+            ev = t.user_attrs.get("evaluation")
+            if ev is not None and not t.user_attrs.get("rule_invalid") \
+                    and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted":
+                self.known[Config.from_dict(ev["config"]).key] = Evaluation.from_dict(ev)
+
+    def ask(self, heartbeat: storage_mod.Heartbeat, dists: dict[str, CategoricalDistribution], hopeless: set[str],
+            *, budget: int, size: int, max_asks: int) -> tuple[dict[str, list[optuna.Trial]], int, bool]:
+        """Fill a batch of `size` with configs worth building: the new configs' trials by key, the
+        slots taken, and whether the whole budget is told or in flight.
+
+        Proposals that break a space rule are recorded with their reason but cost no budget;
+        known configs replay their result. Every ask happens under the study's budget lock, after
+        counting the trials told and in flight in every process: workers sharing the study stop
+        exactly at `budget`."""
+        study = self.study
+        fresh: dict[str, list[optuna.Trial]] = collections.defaultdict(list)
+        taken = asks = 0
+        while taken < size and asks < max_asks:
+            with storage_mod.budget_lock(study):
+                snapshot = study.get_trials(deepcopy=False)
+                running = [t for t in snapshot if t.state == TrialState.RUNNING]
+                if sum(map(_counts, snapshot)) + len(running) >= budget:
+                    return fresh, taken, True
+                self.learn(snapshot)  # what other workers told meanwhile
+                trial = study.ask(dists)
+                asks += 1
+                heartbeat.claim(trial)
+                config = Space.config_from_params(trial.params)
+                reason = self._refusal(config, hopeless, running, fresh)
+                if reason is not None:
+                    _tell(study, trial, _invalid(config, reason, self.evaluator.source), rule_invalid=True)
+                    heartbeat.release(trial)
+                    continue
+                taken += 1
+                if config.key in self.known:
+                    known = self.known[config.key]
+                    _tell(study, trial, known, replayed=True)
+                    heartbeat.release(trial)
+                    _emit(self.events, "trial", number=trial.number, config=config.key, replayed=True,
+                          median_us=getattr(known.outcome, "median_us", None), failure=None)
+                else:
+                    fresh[config.key].append(trial)
+        return fresh, taken, False
+
+    def _refusal(self, config: Config, hopeless: set[str], running: list[optuna.trial.FrozenTrial],
+                 fresh: dict[str, list[optuna.Trial]]) -> str | None:
+        """Why a proposal is not worth a slot: a space rule, the model's hopeless tail, or another
+        run evaluating it now."""
+        reason = invalid_reason(self.layer, config)
+        new = config.key not in self.known and config.key not in fresh
+        if reason is None and config.key in hopeless and config.key not in self.known:
+            reason = f"pruned: the cost model predicts {model.PRUNE_RATIO:g}x its best or slower"
+        if reason is None and new:
+            elsewhere = _in_flight(running, config.key)
+            if elsewhere is not None:
+                reason = f"trial {elsewhere} of another run is evaluating this config"
+        return reason
+
+    def measure(self, heartbeat: storage_mod.Heartbeat, fresh: dict[str, list[optuna.Trial]]) -> None:
+        """Build and measure the batch's new configs, and tell each of their trials."""
+        study = self.study
+        configs = [Space.config_from_params(ts[0].params) for ts in fresh.values()]
+        for ev in self.evaluator.evaluate(self.layer, configs, self.events):
+            self.known[ev.config.key] = ev
+            self.new_compiles += int(ev.kernel_key is not None and not ev.cached)
+            for copy, trial in enumerate(fresh.pop(ev.config.key, [])):
+                if self.artifacts is not None:
+                    _upload_logs(self.artifacts, study, trial, ev)
+                # A config asked twice in one batch is measured once: the second trial repeats it.
+                _tell(study, trial, ev, replayed=copy > 0)
+                heartbeat.release(trial)
+                self.new_trials += copy == 0
+                if isinstance(ev.outcome, Measurement):
+                    self._consider(trial, ev.outcome)
+                _emit(self.events, "trial", number=trial.number, config=ev.config.key,
+                      median_us=getattr(ev.outcome, "median_us", None),
+                      failure=None if isinstance(ev.outcome, Measurement) else ev.outcome.kind.value,
+                      best_us=self.best.median_us if self.best else None)
+        for trials_left in fresh.values():  # an evaluator that skipped a config must not strand trials
+            for trial in trials_left:
+                study.tell(trial, state=TrialState.FAIL)
+                heartbeat.release(trial)
+
+    def _consider(self, trial: optuna.Trial, measurement: Measurement) -> None:
+        """Take a measured trial as the best if it is faster, and tell of it."""
+        # Equal medians (timings come in steps) go to the earlier trial, as in _best.
+        if self.best is not None and (measurement.median_us, trial.number) >= (self.best.median_us, self.best.number):
+            return
+        self.best = TrialRecord.from_trial(self.study._storage.get_trial(trial._trial_id))
+        cublas_us = verdict_cublas_us(self.best, records(self.study))
+        _emit(self.events, "best", median_us=self.best.median_us, cublas_us=cublas_us, config=self.best.config.key)
+        if self.on_best is not None:
+            self.on_best(self.best, cublas_us)
+
+
 def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseStorage, study_name: str,
            trials: int = 64, timeout_s: float | None = None, batch: int | None = None, sampler: str = "tpe",
            seed: int = 0, warm: int | None = None, space: Space | None = None, events: Events | None = None,
@@ -240,18 +357,16 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
         warm_start(study, layer, space, batch if warm is None else warm, priors)
     dists = distributions(space)
     hopeless = _hopeless(study, layer, space) if prune and sampler == "tpe" else set()
-    known: dict[str, Evaluation] = {}
-    learned: set[int] = set()
-    _learn(known, learned, study.get_trials(deepcopy=False))
-    best = _best(study)
-    standing = judge(records(study), study.user_attrs.get("race")) if best is not None else None
+    run = _Run(study=study, layer=layer, evaluator=evaluator, events=events, on_best=on_best, artifacts=artifacts,
+               best=_best(study))
+    run.learn(study.get_trials(deepcopy=False))
+    standing = judge(records(study), study.user_attrs.get("race")) if run.best is not None else None
     if standing is not None and standing.best is not None:
         # What a resumed study, or a worker joining one, starts from.
         _emit(events, "best", median_us=standing.best.median_us, cublas_us=standing.cublas_us,
               config=standing.best.config.key)
         if on_best is not None:  # a killed run may have told its best and died before persisting it
             on_best(standing.best, standing.cublas_us)
-    new_trials = new_compiles = 0
     stalled = 0
     with storage_mod.Heartbeat(study) as heartbeat:
         while True:
@@ -266,86 +381,22 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
                 _emit(events, "timeout", elapsed_s=time.monotonic() - start)
                 break
             _emit(events, "batch", size=min(batch, remaining), done=done, total=trials)
-            # Fill the batch with configs worth building. Proposals that break a space rule are
-            # recorded with their reason but cost no budget; known configs replay their result.
-            # Every ask happens under the study's budget lock, after counting the trials told and
-            # in flight in every process: workers sharing the study stop exactly at `trials`.
-            fresh: dict[str, list[optuna.Trial]] = collections.defaultdict(list)
-            taken = asks = 0
-            claimed = False  # the whole budget is told or in flight
-            while taken < min(batch, remaining) and asks < MAX_ASKS_PER_SLOT * batch:
-                with storage_mod.budget_lock(study):
-                    snapshot = study.get_trials(deepcopy=False)
-                    running = [t for t in snapshot if t.state == TrialState.RUNNING]
-                    if sum(map(_counts, snapshot)) + len(running) >= trials:
-                        claimed = True
-                        break
-                    _learn(known, learned, snapshot)  # what other workers told meanwhile
-                    trial = study.ask(dists)
-                    asks += 1
-                    heartbeat.claim(trial)
-                    config = Space.config_from_params(trial.params)
-                    reason = invalid_reason(layer, config)
-                    if reason is None and config.key in hopeless and config.key not in known:
-                        reason = f"pruned: the cost model predicts {model.PRUNE_RATIO:g}x its best or slower"
-                    if reason is None and config.key not in known and config.key not in fresh:
-                        elsewhere = _in_flight(running, config.key)
-                        if elsewhere is not None:
-                            reason = f"trial {elsewhere} of another run is evaluating this config"
-                    if reason is not None:
-                        _tell(study, trial, _invalid(config, reason, evaluator.source), rule_invalid=True)
-                        heartbeat.release(trial)
-                        continue
-                    taken += 1
-                    if config.key in known:
-                        _tell(study, trial, known[config.key], replayed=True)
-                        heartbeat.release(trial)
-                        _emit(events, "trial", number=trial.number, config=config.key, replayed=True,
-                              median_us=getattr(known[config.key].outcome, "median_us", None), failure=None)
-                    else:
-                        fresh[config.key].append(trial)
+            fresh, taken, claimed = run.ask(heartbeat, dists, hopeless, budget=trials, size=min(batch, remaining),
+                                            max_asks=MAX_ASKS_PER_SLOT * batch)
             if claimed and not fresh:
                 break  # the rest of the budget is in flight, in this run or in another worker
             stalled = stalled + 1 if not fresh else 0
             if stalled >= 3 or taken == 0:
                 _emit(events, "exhausted", done=done)
                 break
-            configs = [Space.config_from_params(ts[0].params) for ts in fresh.values()]
-            for ev in evaluator.evaluate(layer, configs, events):
-                known[ev.config.key] = ev
-                new_compiles += int(ev.kernel_key is not None and not ev.cached)
-                for copy, trial in enumerate(fresh.pop(ev.config.key, [])):
-                    if artifacts is not None:
-                        _upload_logs(artifacts, study, trial, ev)
-                    # A config asked twice in one batch is measured once: the second trial repeats it.
-                    _tell(study, trial, ev, replayed=copy > 0)
-                    heartbeat.release(trial)
-                    new_trials += copy == 0
-                    # Equal medians (timings come in steps) go to the earlier trial, as in _best.
-                    if isinstance(ev.outcome, Measurement) and (
-                            best is None or (ev.outcome.median_us, trial.number) < (best.median_us, best.number)):
-                        best = TrialRecord.from_trial(study._storage.get_trial(trial._trial_id))
-                        cublas_us = verdict_cublas_us(best, records(study))
-                        _emit(events, "best", median_us=best.median_us, cublas_us=cublas_us, config=best.config.key)
-                        if on_best is not None:
-                            on_best(best, cublas_us)
-                    _emit(events, "trial", number=trial.number, config=ev.config.key,
-                          median_us=getattr(ev.outcome, "median_us", None),
-                          failure=None if isinstance(ev.outcome, Measurement) else ev.outcome.kind.value,
-                          best_us=best.median_us if best else None)
-            for trials_left in fresh.values():  # an evaluator that skipped a config must not strand trials
-                for trial in trials_left:
-                    study.tell(trial, state=TrialState.FAIL)
-                    heartbeat.release(trial)
+            run.measure(heartbeat, fresh)
     if race_rounds > 0 and hasattr(evaluator, "race"):
         _run_race(study, layer, evaluator, race_rounds, events)
-    finished = [t for t in study.get_trials(deepcopy=False)
-                if t.state.is_finished() and not t.user_attrs.get("rule_invalid")
-                and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted"]
+    finished = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
     failures = collections.Counter(
         (t.user_attrs.get("failure") or {}).get("kind", "unknown") for t in finished if t.state == TrialState.FAIL)
     return SearchResult(study_name=study_name, layer=layer, verdict=judge(records(study), study.user_attrs.get("race")),
-                        trials=len(finished), new_trials=new_trials, new_compiles=new_compiles,
+                        trials=len(finished), new_trials=run.new_trials, new_compiles=run.new_compiles,
                         failures=dict(failures), wall_s=time.monotonic() - start, source=evaluator.source)
 
 
@@ -457,18 +508,6 @@ def _tell(study: optuna.Study, trial: optuna.Trial, ev: Evaluation, *, replayed:
         # TPE ignores failed trials but ranks pruned ones last: rule-invalid proposals are told
         # as pruned so the sampler learns to leave that region, and cost no budget.
         study.tell(trial, state=TrialState.PRUNED if rule_invalid else TrialState.FAIL)
-
-
-def _learn(known: dict[str, Evaluation], learned: set[int], trials: list[optuna.trial.FrozenTrial]) -> None:
-    """Add the settled configs among `trials` (skipping trial ids in `learned`) to `known`."""
-    for t in trials:
-        if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or t._trial_id in learned:
-            continue
-        learned.add(t._trial_id)
-        ev = t.user_attrs.get("evaluation")
-        if ev is not None and not t.user_attrs.get("rule_invalid") \
-                and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted":
-            known[Config.from_dict(ev["config"]).key] = Evaluation.from_dict(ev)
 
 
 def _best(study: optuna.Study) -> TrialRecord | None:

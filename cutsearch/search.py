@@ -232,8 +232,7 @@ class _Run:
                 continue
             self.learned.add(t._trial_id)
             ev = t.user_attrs.get("evaluation")
-            if ev is not None and not t.user_attrs.get("rule_invalid") \
-                    and (t.user_attrs.get("failure") or {}).get("kind") != "interrupted":
+            if ev is not None and _counts(t):
                 self.known[Config.from_dict(ev["config"]).key] = Evaluation.from_dict(ev)
 
     def ask(self, heartbeat: storage_mod.Heartbeat, dists: dict[str, CategoricalDistribution], hopeless: set[str],
@@ -279,15 +278,15 @@ class _Run:
                  fresh: dict[str, list[optuna.Trial]]) -> str | None:
         """Why a proposal is not worth a slot: a space rule, the model's hopeless tail, or another
         run evaluating it now."""
-        reason = invalid_reason(self.layer, config)
-        new = config.key not in self.known and config.key not in fresh
-        if reason is None and config.key in hopeless and config.key not in self.known:
-            reason = f"pruned: the cost model predicts {model.PRUNE_RATIO:g}x its best or slower"
-        if reason is None and new:
-            elsewhere = _in_flight(running, config.key)
-            if elsewhere is not None:
-                reason = f"trial {elsewhere} of another run is evaluating this config"
-        return reason
+        if (reason := invalid_reason(self.layer, config)) is not None:
+            return reason
+        if config.key in self.known:
+            return None  # replayed, at no cost
+        if config.key in hopeless:
+            return f"pruned: the cost model predicts {model.PRUNE_RATIO:g}x its best or slower"
+        if config.key not in fresh and (elsewhere := _in_flight(running, config.key)) is not None:
+            return f"trial {elsewhere} of another run is evaluating this config"
+        return None
 
     def measure(self, heartbeat: storage_mod.Heartbeat, fresh: dict[str, list[optuna.Trial]]) -> None:
         """Build and measure the batch's new configs, and tell each of their trials."""

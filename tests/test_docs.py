@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # links and images
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
@@ -26,7 +26,7 @@ def anchors(path: Path) -> set[str]:
 
 def links(path: Path) -> list[str]:
     text = FENCE.sub("", path.read_text())
-    return [a or b for a, b in LINK.findall(text)]
+    return LINK.findall(text)
 
 
 @pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -37,7 +37,7 @@ def test_every_relative_link_and_anchor_resolves(doc):
             continue
         file, _, anchor = target.partition("#")
         path = (doc.parent / file).resolve() if file else doc
-        if not path.exists() or ROOT not in path.parents and path != ROOT:
+        if not path.exists() or (ROOT not in path.parents and path != ROOT):
             broken.append(f"{target}: no such file")
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             broken.append(f"{target}: no such heading")

@@ -181,9 +181,16 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
     """Why `config` cannot build or run for `layer`, from rules known before compiling.
 
     Rules learned by compiling are kept by the search in its study; these are the ones that
-    hold for every layer.
+    hold for every layer. The first broken rule is named, in the order of the checks below.
     """
-    c = config
+    if reason := _outside_space(layer, config) or _schedule_conflict(config) or _over_resources(layer, config):
+        return reason
+    kp = kernel_problem(layer, config)
+    return (_misaligned(layer, config, kp) or _epilogue_conflict(layer, config, kp)
+            or (_split_k_invalid(layer, config, kp) if config.split_k else None) or _launch_invalid(layer, config, kp))
+
+
+def _outside_space(layer: Layer, c: Config) -> str | None:
     if c.tile_m not in TILE_M or c.tile_n not in TILE_N + fitted_tile_n(layer) or c.tile_k not in TILE_K:
         return f"CTA tile {c.tile_m}x{c.tile_n}x{c.tile_k} is outside the space"
     if (c.cluster_m, c.cluster_n) not in CLUSTERS:
@@ -192,6 +199,10 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "unknown schedule"
     if c.tile_scheduler not in TILE_SCHEDULERS:
         return f"unknown tile scheduler {c.tile_scheduler!r}"
+    return None
+
+
+def _schedule_conflict(c: Config) -> str | None:
     if (c.kernel_schedule == "auto") != (c.epilogue_schedule == "auto"):
         return "kernel and epilogue schedules must both be auto or both explicit"
     if c.kernel_schedule == "cooperative" and c.tile_m < 128:
@@ -206,19 +217,28 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "the ws schedule gives one warpgroup the whole tile: tile M must be <= 128"
     if c.kernel_schedule == "ws" and c.epilogue_schedule not in ("tma", "nosmem", "direct", "fixup"):
         return "the ws schedule takes the TMA, the nosmem, the direct or the fixup epilogue"
-    # Cooperative splits the tile over two warpgroups; pingpong and ws give each one a whole tile.
-    warpgroups = 2 if c.kernel_schedule == "cooperative" or (c.kernel_schedule == "auto" and c.tile_m >= 128) else 1
-    if c.tile_m * c.tile_n > 128 * 128 * warpgroups:
+    return None
+
+
+def _warpgroups(c: Config) -> int:
+    """Consumer warpgroups that share the accumulator: cooperative splits the tile over two;
+    pingpong and ws give each one a whole tile."""
+    return 2 if c.kernel_schedule == "cooperative" or (c.kernel_schedule == "auto" and c.tile_m >= 128) else 1
+
+
+def _over_resources(layer: Layer, c: Config) -> str | None:
+    if c.tile_m * c.tile_n > 128 * 128 * _warpgroups(c):
         return f"a {c.tile_m}x{c.tile_n} fp32 accumulator needs over 128 registers a thread in each warpgroup"
-    # The accumulator takes all 128 registers a thread it may: an epilogue that needs many more spills.
-    full_accumulator = c.tile_m * c.tile_n == 128 * 128 * warpgroups
     if c.tile_n * c.tile_k * BYTES[layer.dtype] < 1024 or c.tile_m * c.tile_k * BYTES[layer.dtype] < 1024:
         return "operand tile below 1 KiB cannot use the 128-byte TMA swizzle"
     if c.stages and smem_bytes(c, layer.dtype, c.stages) > SMEM_BYTES:
         return f"{c.stages} stages need {smem_bytes(c, layer.dtype, c.stages) // 1024} KiB of shared memory, over 227 KiB"
     if smem_bytes(c, layer.dtype, c.stages or 2) > SMEM_BYTES:
         return "fewer than two stages fit in shared memory"
-    kp = kernel_problem(layer, c)
+    return None
+
+
+def _misaligned(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
     vec = 16 // BYTES[layer.dtype]
     if kp.align_ab < vec:
         return f"K={kp.k} gives {kp.align_ab * BYTES[layer.dtype]}-byte rows; the TMA mainloop needs 16 (pad)"
@@ -228,7 +248,12 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return f"N={kp.pad_n} gives unaligned output rows: only the nosmem, staged or direct epilogue stores them (or pad)"
     if c.pad and kernel_problem(layer, dataclasses.replace(c, pad=False)) == kp:
         return "padding is a no-op for this layer"
-    if c.kernel_schedule == "auto" and (layer.bias or layer.activation != "none"):
+    return None
+
+
+def _epilogue_conflict(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
+    fused = layer.bias or layer.activation != "none"
+    if c.kernel_schedule == "auto" and fused:
         return "the fused bias/activation (epilogue visitor tree) needs an explicit TMA epilogue schedule"
     if c.epilogue_schedule == "nosmem" and layer.activation != "none":
         return "the fused activation (epilogue visitor tree) needs the TMA epilogue"
@@ -243,11 +268,12 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         return "the staged epilogue with GELU on an unswapped 256x96 tile spills registers"
     if c.epilogue_schedule in SIMT_EPILOGUES and layer.bias and layer.output == "transposed":
         return f"the {c.epilogue_schedule} epilogue adds the bias as a source C broadcast along y's rows: not for y^T"
-    if c.epilogue_schedule in SIMT_EPILOGUES and kp.align_d == vec:
+    if c.epilogue_schedule in SIMT_EPILOGUES and kp.align_d == 16 // BYTES[layer.dtype]:
         return f"the {c.epilogue_schedule} epilogue only serves unaligned output rows; the TMA epilogue is faster"
     if c.epilogue_schedule == "fixup" and not c.split_k:
         return "the fixup epilogue sums split-K slices: it needs split-K"
-    if c.epilogue_schedule == "fixup" and full_accumulator:
+    # The accumulator takes all 128 registers a thread it may: an epilogue that needs many more spills.
+    if c.epilogue_schedule == "fixup" and c.tile_m * c.tile_n == 128 * 128 * _warpgroups(c):
         # ptxas (nvcc 13.0): 940-1928 bytes of spills for each of 128x128, 64x256 (pingpong),
         # 128x256 and 256x128 (cooperative); none for 64x192 pingpong.
         return "the fixup epilogue beside 128 accumulator registers a thread spills registers"
@@ -263,10 +289,10 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
         # or SiLU, after a bias or not, either orientation; no other TMA tile spilled, 128
         # accumulator registers a thread included (studies/recorded/local-2026-12-02-gelu-spills-2/).
         return "a fused GELU or SiLU on a 64x224 pingpong tile spills registers"
-    if c.split_k:
-        reason = _split_k_invalid(layer, c, kp)
-        if reason:
-            return reason
+    return None
+
+
+def _launch_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
     if c.kernel_schedule == "ws":
         slices = min(k_splits(c, kp, layer.dtype)) if c.split_k else 1
         if (ctas := output_ctas(kp, c) * slices) > SM_COUNT:

@@ -330,8 +330,9 @@ def split_k_pays(layer: Layer) -> bool:
     (studies/recorded/h200x2-2026-12-01-fixup/). Up to half the SMs it pays only where K is very
     long: on the ws grid it won on 298x384x7936 (best trial 4% faster) and 128x1024x8192 (export
     8% faster), and lost 3-19% on five layers with K of 4096-7424
-    (studies/recorded/h200-2026-12-03-split-k-band/, h200-2026-12-03-split-k-gap/). Past half, it
-    lost 24% on 200x640x10240 (h200-2026-12-02-split-k-fixed/)."""
+    (studies/recorded/h200-2026-12-03-split-k-band/, h200-2026-12-03-split-k-gap/). Past half, on
+    200x640x10240, its best config lost 24% in a search and 15% when split by hand at the best
+    one-kernel tile (h200-2026-12-02-split-k-fixed/, h200-2026-12-03-split-k-wide/)."""
     tiles = max(-(-layer.m // 64) * -(-layer.n // 32), -(-layer.n // 64) * -(-layer.m // 32))
     if not split_k_helps(layer) or layer.k < SPLIT_K_MIN_K:
         return False

@@ -567,6 +567,8 @@ def test_split_k_on_the_ws_grid_is_searched_where_it_won_on_the_h200_and_not_for
     ("h200-2026-12-03-split-k-gap/gap_silu.json", "h200-2026-12-03-split-k-gap/gap_silu_split.json"),
     ("h200-2026-12-02-ws-split-k/search/random5.json",),
     ("h200-2026-12-02-split-k-fixed/proj_long_k.json",),
+    ("h200-2026-12-03-split-k-wide/proj_long_k.json", "h200-2026-12-03-split-k-wide/proj_long_k_split.json",
+     "h200-2026-12-03-split-k-wide/proj_long_k.configs.json"),
 ])
 def test_the_default_space_holds_split_k_exactly_where_it_won_on_the_h200(files):
     """Recorded on one H200: searches of long-K layers with split-K in their space (and, for the

@@ -12,8 +12,8 @@ import dataclasses
 import math
 
 from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
-from cutsearch.space import (SIMT_EPILOGUES, SM_COUNT, SMEM_BYTES, Config, Knobs, applied_views, kernel_problem,
-                             output_ctas, smem_bytes)
+from cutsearch.space import (SIMT_EPILOGUES, SM_COUNT, SMEM_BYTES, Config, KernelProblem, Knobs, RowViews,
+                             applied_views, kernel_problem, output_ctas, smem_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +47,10 @@ CALIBRATED = Coefficients(launch_us=13.22, tile_fill_us=0.0361, l2_feed_bytes_pe
 
 def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
                coeff: Coefficients = DEFAULT) -> float:
+    """One call's predicted µs: waves of k-steps or the DRAM traffic, whichever is longer, and the
+    split's partials, the launch, y's ordinary stores and what the call adds around the GEMM."""
     kp = kernel_problem(layer, config)
     e = BYTES[layer.dtype]
-    tm, tn, tk = config.tile_m, config.tile_n, config.tile_k
-    cluster = config.cluster_m * config.cluster_n
     # Row views: a batch of P GEMMs of M / P rows against P shifted copies of W, and no x copy.
     views = applied_views(layer, config, knobs is not None and bool(knobs.views))
     batches = 1
@@ -60,37 +60,19 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
                                  k=views.k)
         batches = views.count
     tiles = output_ctas(kp, config) * batches  # clusters launch whole: a partial cluster still occupies its SMs
-    k_iters = math.ceil(kp.k / tk)
-    per_sm_flops = PEAK_FLOPS / SM_COUNT
-    # A tile's time: the MMA rate, or the operand feed when the tile is thin.
-    tile_flops = 2 * tm * tn * tk
-    tile_bytes = (tm + tn) * tk * e / (1.25 if cluster > 1 else 1.0)  # multicast halves one operand's traffic
-    # Operand traffic that L2 cannot serve from reuse comes from DRAM, at a lower per-SM rate.
-    # Rows of a tile past the problem are zeros TMA fills in, not traffic: counting them made
-    # unswapped 64-row tiles look L2-fed on decode (within-layer Spearman 0.56 -> 0.67 without).
-    traffic = tiles * k_iters * (min(tm, kp.m) + min(tn, kp.n)) * tk * e
+    k_iters = math.ceil(kp.k / config.tile_k)
     unique = (kp.m * kp.k + kp.n * kp.k) * e * batches
-    dram_share = min(1.0, unique / traffic) if traffic else 1.0
-    feed = 1.0 / (dram_share / coeff.dram_feed_bytes_per_s + (1 - dram_share) / coeff.l2_feed_bytes_per_s)
-    step_s = max(tile_flops / per_sm_flops, tile_bytes / feed) + coeff.k_step_us * 1e-6
-    # Warpgroup occupancy: a 64-row tile on the cooperative schedule idles half the math.
-    if config.kernel_schedule in ("pingpong", "ws"):
-        step_s *= 0.95  # pingpong overlaps one tile's epilogue with the next tile's MMA; ws runs a tile alike
-    stages = config.stages or builder_stages(config, layer.dtype)
-    step_s *= coeff.stage_penalty[min(stages, len(coeff.stage_penalty) - 1)]
+    step_s = _k_step_s(layer, config, kp, tiles, k_iters, unique, coeff)
+    cluster = config.cluster_m * config.cluster_n
     slots = SM_COUNT // cluster * cluster
-    splits = 1
-    if config.tile_scheduler == "streamk" and knobs is not None and knobs.decomposition in (2, 3):
-        splits = knobs.splits if knobs.decomposition == 2 else max(1, min(k_iters, slots // max(tiles, 1)))
-    if config.split_k:
-        splits = knobs.splits if knobs is not None and knobs.splits > 1 else 2
+    splits = _splits(config, knobs, k_iters, slots, tiles)
     if splits > 1:
         waves = math.ceil(tiles * splits / slots)
         compute_s = waves * math.ceil(k_iters / splits) * step_s
         # Stream-K and the fixup epilogue fix up tiles through the workspace; otherwise split-K's
         # fp32 partials are written and read back by its reduction kernel.
         in_workspace = config.epilogue_schedule == "fixup" or not config.split_k
-        partials = tiles * tm * tn if in_workspace else kp.m * kp.n
+        partials = tiles * config.tile_m * config.tile_n if in_workspace else kp.m * kp.n
         reduce_s = partials * 4 * 2 * splits / PEAK_BYTES_PER_S
     else:
         waves = math.ceil(tiles / slots)
@@ -101,31 +83,79 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     memory_s = dram / PEAK_BYTES_PER_S
     t = max(compute_s, memory_s) + reduce_s
     t_us = t * 1e6 + coeff.launch_us + waves * coeff.tile_fill_us
-    if config.epilogue_schedule in SIMT_EPILOGUES:
-        column_major_d = config.swap_ab != (layer.output == "transposed")
-        fast = not column_major_d if config.epilogue_schedule == "staged" else column_major_d
-        rate = coeff.store_column_bytes_per_s if fast else coeff.store_row_bytes_per_s
-        if config.epilogue_schedule == "direct" and fast:
-            rate /= 1 - DIRECT_STORE_SAVING
-        t_us += kp.m * kp.n * batches * e / rate * 1e6
-    # Per-call transforms: a pitched copy reads and writes its bytes once. A caller's padded
-    # buffers need none.
+    t_us += _simt_store_us(layer, config, kp, batches, coeff)
+    for term_us in _per_call_us(layer, config, kp, views, splits, coeff):
+        t_us += term_us
+    return t_us
+
+
+def _k_step_s(layer: Layer, config: Config, kp: KernelProblem, tiles: int, k_iters: int, unique: int,
+              coeff: Coefficients) -> float:
+    """One k-block of one tile: the MMA rate, or the operand feed when the tile is thin."""
+    e = BYTES[layer.dtype]
+    tm, tn, tk = config.tile_m, config.tile_n, config.tile_k
+    cluster = config.cluster_m * config.cluster_n
+    tile_flops = 2 * tm * tn * tk
+    tile_bytes = (tm + tn) * tk * e / (1.25 if cluster > 1 else 1.0)  # multicast halves one operand's traffic
+    # Operand traffic that L2 cannot serve from reuse comes from DRAM, at a lower per-SM rate.
+    # Rows of a tile past the problem are zeros TMA fills in, not traffic: counting them made
+    # unswapped 64-row tiles look L2-fed on decode (within-layer Spearman 0.56 -> 0.67 without).
+    traffic = tiles * k_iters * (min(tm, kp.m) + min(tn, kp.n)) * tk * e
+    dram_share = min(1.0, unique / traffic) if traffic else 1.0
+    feed = 1.0 / (dram_share / coeff.dram_feed_bytes_per_s + (1 - dram_share) / coeff.l2_feed_bytes_per_s)
+    step_s = max(tile_flops / (PEAK_FLOPS / SM_COUNT), tile_bytes / feed) + coeff.k_step_us * 1e-6
+    # Warpgroup occupancy: a 64-row tile on the cooperative schedule idles half the math.
+    if config.kernel_schedule in ("pingpong", "ws"):
+        step_s *= 0.95  # pingpong overlaps one tile's epilogue with the next tile's MMA; ws runs a tile alike
+    stages = config.stages or builder_stages(config, layer.dtype)
+    return step_s * coeff.stage_penalty[min(stages, len(coeff.stage_penalty) - 1)]
+
+
+def _splits(config: Config, knobs: Knobs | None, k_iters: int, slots: int, tiles: int) -> int:
+    """The slices K is cut into: stream-K's split or stream-K decomposition, or split-K's."""
+    splits = 1
+    if config.tile_scheduler == "streamk" and knobs is not None and knobs.decomposition in (2, 3):
+        splits = knobs.splits if knobs.decomposition == 2 else max(1, min(k_iters, slots // max(tiles, 1)))
+    if config.split_k:
+        splits = knobs.splits if knobs is not None and knobs.splits > 1 else 2
+    return splits
+
+
+def _simt_store_us(layer: Layer, config: Config, kp: KernelProblem, batches: int, coeff: Coefficients) -> float:
+    """y stored by ordinary stores rather than TMA: at the rate of the orientation D has."""
+    if config.epilogue_schedule not in SIMT_EPILOGUES:
+        return 0.0
+    column_major_d = config.swap_ab != (layer.output == "transposed")
+    fast = not column_major_d if config.epilogue_schedule == "staged" else column_major_d
+    rate = coeff.store_column_bytes_per_s if fast else coeff.store_row_bytes_per_s
+    if config.epilogue_schedule == "direct" and fast:
+        rate /= 1 - DIRECT_STORE_SAVING
+    return kp.m * kp.n * batches * BYTES[layer.dtype] / rate * 1e6
+
+
+def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowViews | None, splits: int,
+                 coeff: Coefficients) -> list[float]:
+    """What a call adds around the GEMM, term by term: copies, workspace resets, a second kernel,
+    W's extra reads, and the persistent scheduler a grid saves."""
+    e = BYTES[layer.dtype]
+    terms = []
+    # A pitched copy reads and writes its bytes once. A caller's padded buffers need none.
     if kp.pad_k != layer.k and layer.input == "contiguous" and views is None:
-        t_us += coeff.copy_overhead_us + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6
+        terms.append(coeff.copy_overhead_us + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6)
     if kp.pad_n != layer.n and layer.output == "contiguous":
-        t_us += coeff.copy_overhead_us + 2 * layer.m * layer.n * e / PEAK_BYTES_PER_S * 1e6
+        terms.append(coeff.copy_overhead_us + 2 * layer.m * layer.n * e / PEAK_BYTES_PER_S * 1e6)
     if config.tile_scheduler == "streamk":
-        t_us += coeff.copy_overhead_us  # the workspace reset before every launch
+        terms.append(coeff.copy_overhead_us)  # the workspace reset before every launch
         if splits > 1:
-            t_us += STREAMK_SPLIT_US * (splits - 1)
+            terms.append(STREAMK_SPLIT_US * (splits - 1))
     if config.split_k and config.epilogue_schedule != "fixup":
-        t_us += coeff.copy_overhead_us  # the reduction kernel
+        terms.append(coeff.copy_overhead_us)  # the reduction kernel
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.
-        t_us += VIEWS_UNHIDDEN * (batches - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6
+        terms.append(VIEWS_UNHIDDEN * (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6)
     if config.tile_scheduler == "grid":
-        t_us -= GRID_SAVING_US
-    return t_us
+        terms.append(-GRID_SAVING_US)
+    return terms
 
 
 # No term for 160- and 224-wide tiles: they ran a median 1.25x slower than the model said on 33

@@ -174,7 +174,7 @@ def _epilogue_fn(layer: Layer):
 
 def render(layer: Layer, config: Config) -> KernelSource:
     """Emit one translation unit for `config` on `layer`."""
-    cc, cl = _cutlass()
+    cc, _ = _cutlass()
     kp = kernel_problem(layer, config)
     element = {"f16": cc.DataType.f16, "bf16": cc.DataType.bf16}[layer.dtype]
     # y (M x N row-major) is the swapped kernel's column-major D; y^T flips it once more.
@@ -197,29 +197,9 @@ def render(layer: Layer, config: Config) -> KernelSource:
         bias_as_c = layer.bias and simt_store
         fn = None if simt_store or partials else _epilogue_fn(layer)
         if fn is not None:
-            from cutlass_cppgen.backend.evt.ir.tensor import Tensor
-
-            def example(shape, elt, layout=cc.LayoutType.RowMajor):
-                return Tensor(element=elt, shape=shape, layout_tag=layout)
-
-            # Fixed example sizes: the tracer reads a unit extent as a broadcast (M=1 would bake
-            # a zero row stride into D), and equal sources let every layer share the kernel.
-            examples = {"accum": example((2, 2), cc.DataType.f32), "D": example((2, 2), element, layout_d)}
-            if layer.bias:
-                # The bias follows N: per column of y, per row of y^T when swapped.
-                examples["bias"] = example((2, 1) if config.swap_ab else (1, 2), element)
-            plan.epilogue_visitor = cc.epilogue.trace(fn, examples, cc=90)
-        base = plan.tile_descriptions()[0]
-        td = base.clone_and_update({
-            "threadblock_shape": [config.tile_m * config.cluster_m, config.tile_n * config.cluster_n, config.tile_k],
-            "cluster_shape": [config.cluster_m, config.cluster_n, 1],
-            "stages": config.stages or None,
-            "kernel_schedule": cl.KernelScheduleType[_KERNEL_SCHEDULES[config.kernel_schedule]],
-            "epilogue_schedule": cl.EpilogueScheduleType[
-                _EPILOGUE_SCHEDULES[(config.kernel_schedule, config.epilogue_schedule)]],
-            "tile_scheduler": cl.TileSchedulerType[_TILE_SCHEDULERS[config.tile_scheduler]],
-        })
-        operation = plan.construct(td, alignment_A=kp.align_ab, alignment_B=kp.align_ab, alignment_C=align_d)
+            plan.epilogue_visitor = _traced_epilogue(fn, layer, config, element, layout_d)
+        operation = plan.construct(_tile_description(plan, config), alignment_A=kp.align_ab, alignment_B=kp.align_ab,
+                                   alignment_C=align_d)
         kernel = _cta_tile_descriptor(operation.rt_module.emit(), config)
         includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
         name = operation.procedural_name()
@@ -248,6 +228,36 @@ def render(layer: Layer, config: Config) -> KernelSource:
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
                         cutlass_version=cutlass_version())
+
+
+def _traced_epilogue(fn: str, layer: Layer, config: Config, element, layout_d):
+    """The visitor tree of `fn`, traced on example tensors of the kernel's types and layouts."""
+    cc, _ = _cutlass()
+    from cutlass_cppgen.backend.evt.ir.tensor import Tensor
+
+    def example(shape, elt, layout=cc.LayoutType.RowMajor):
+        return Tensor(element=elt, shape=shape, layout_tag=layout)
+
+    # Fixed example sizes: the tracer reads a unit extent as a broadcast (M=1 would bake
+    # a zero row stride into D), and equal sources let every layer share the kernel.
+    examples = {"accum": example((2, 2), cc.DataType.f32), "D": example((2, 2), element, layout_d)}
+    if layer.bias:
+        # The bias follows N: per column of y, per row of y^T when swapped.
+        examples["bias"] = example((2, 1) if config.swap_ab else (1, 2), element)
+    return cc.epilogue.trace(fn, examples, cc=90)
+
+
+def _tile_description(plan, config: Config):
+    """The plan's first tile description, with the config's tile, cluster, stages and schedules."""
+    _, cl = _cutlass()
+    return plan.tile_descriptions()[0].clone_and_update({
+        "threadblock_shape": [config.tile_m * config.cluster_m, config.tile_n * config.cluster_n, config.tile_k],
+        "cluster_shape": [config.cluster_m, config.cluster_n, 1],
+        "stages": config.stages or None,
+        "kernel_schedule": cl.KernelScheduleType[_KERNEL_SCHEDULES[config.kernel_schedule]],
+        "epilogue_schedule": cl.EpilogueScheduleType[_EPILOGUE_SCHEDULES[(config.kernel_schedule, config.epilogue_schedule)]],
+        "tile_scheduler": cl.TileSchedulerType[_TILE_SCHEDULERS[config.tile_scheduler]],
+    })
 
 
 def _batched_visitor_output(kernel: str) -> str:

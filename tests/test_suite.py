@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 
+from cutsearch.errors import UserError
 from cutsearch.suite import geomean, record
 from cutsearch.search import SearchResult
 from cutsearch.storage import open_storage
@@ -79,6 +81,18 @@ def test_suite_command_with_the_model_evaluator_writes_one_record_per_layer_and_
     for r in body["records"]:
         assert KEYS <= r.keys()
         assert r["source"] == "predicted"
+    assert "suite on model-evaluator" in proc.stdout and f"wrote {path}" in proc.stdout.replace("\n", "")
+
+
+def test_only_selects_layers_in_its_order_and_a_table_name_all_its_dtypes(tmp_path):
+    from cutsearch.cli.suite import _selected
+
+    layers = {"tiny-f16": 1, "tiny-bf16": 2, "odd": 3, "tiny-x": 4}
+    assert list(_selected(layers, None, tmp_path)) == list(layers)
+    assert list(_selected(layers, "odd, tiny", tmp_path)) == ["odd", "tiny-f16", "tiny-bf16"]
+    assert list(_selected(layers, "tiny-bf16,odd", tmp_path)) == ["tiny-bf16", "odd"]
+    with pytest.raises(UserError, match="no layer named tin, x"):
+        _selected(layers, "tin,odd,x", tmp_path)
 
 
 def test_suite_names_a_missing_layer_in_one_line(tmp_path):

@@ -12,6 +12,7 @@ import typer
 
 from cutsearch.cli.app import app, err, out, parse_duration
 from cutsearch.errors import UserError
+from cutsearch.problem import DTYPES
 
 
 @app.command("suite")
@@ -19,7 +20,8 @@ def suite_cmd(
     suite_file: Path = typer.Argument(..., help="TOML file with one table per layer (see studies/suite.toml)."),
     budget: Optional[str] = typer.Option(None, help="Total wall-clock budget, shared among the layers, e.g. 10m."),
     trials: int = typer.Option(32, help="Evaluated trials per layer at most."),
-    only: Optional[str] = typer.Option(None, help="Comma-separated layer names to run (default: all)."),
+    only: Optional[str] = typer.Option(None, help="Comma-separated layer names to run (default: all); a table's "
+                                       "name runs each of its dtypes."),
     gpu: int = typer.Option(0, help="GPU index to measure on."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes."),
     batch: Optional[int] = typer.Option(None, help="Trials asked at once (default: twice --jobs)."),
@@ -27,8 +29,6 @@ def suite_cmd(
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where studies live."),
 ) -> None:
     """Search every layer of a suite and write studies/results/suite-<gpu>-<date>.json."""
-    from rich.table import Table
-
     from cutsearch import tuner
     from cutsearch.console import ProgressView
     from cutsearch.evaluator import GpuEvaluator
@@ -38,15 +38,7 @@ def suite_cmd(
 
     if evaluator not in ("gpu", "model"):
         raise UserError(f"a suite runs with --evaluator gpu or model, not {evaluator!r}")
-    layers = load_layers(suite_file)
-    if only:
-        wanted = [s.strip() for s in only.split(",") if s.strip()]
-        if not wanted:
-            raise UserError(f"--only {only!r} names no layer: give names separated by commas")
-        missing = [w for w in wanted if w not in layers]
-        if missing:
-            raise UserError(f"no layer named {', '.join(missing)} in {suite_file} (it has {', '.join(layers)})")
-        layers = {k: layers[k] for k in wanted}
+    layers = _selected(load_layers(suite_file), only, suite_file)
     tuner.check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch)
     ws = Workspace(studies_dir)
     ws.writable()
@@ -68,6 +60,30 @@ def suite_cmd(
                                on_layer=lambda name, i, n: err.print(f"[bold]layer {i + 1}/{n}: {name}[/]"))
     finally:
         ev.close()
+    out.print(_table(body))
+    gm = body["geomean_speedup"]
+    out.print(f"geometric mean speedup {gm:.2f}x" if gm else "no speedup measured")
+    out.print(f"wrote {path}")
+
+
+def _selected(layers: dict, only: Optional[str], suite_file: Path) -> dict:
+    """The layers `--only` names, in its order; all of them without it. A table's name selects
+    each of its dtypes (`tiny` runs `tiny-f16` and `tiny-bf16`)."""
+    if not only:
+        return layers
+    wanted = [s.strip() for s in only.split(",") if s.strip()]
+    if not wanted:
+        raise UserError(f"--only {only!r} names no layer: give names separated by commas")
+    picked = {w: [k for k in layers if k == w or k in (f"{w}-{dtype}" for dtype in DTYPES)] for w in wanted}
+    missing = [w for w, keys in picked.items() if not keys]
+    if missing:
+        raise UserError(f"no layer named {', '.join(missing)} in {suite_file} (it has {', '.join(layers)})")
+    return {k: layers[k] for keys in picked.values() for k in keys}
+
+
+def _table(body: dict):
+    from rich.table import Table
+
     table = Table(title=f"suite on {body['gpu']}")
     for col in ("layer", "dtype", "cuBLAS µs", "cutsearch µs", "speedup", "floor µs", "+ empty kernel µs",
                 "at most", "note"):
@@ -79,10 +95,7 @@ def suite_cmd(
                       _us(r.get("floor_with_launch_us")), "-" if bound is None else f"{bound:.2f}x",
                       ("cuBLASLt fallback, ReLU fused" if r.get("fallback_us") else "cuBLAS fallback")
                       if r["fallback"] else "")
-    out.print(table)
-    gm = body["geomean_speedup"]
-    out.print(f"geometric mean speedup {gm:.2f}x" if gm else "no speedup measured")
-    out.print(f"wrote {path}")
+    return table
 
 
 def _us(v):

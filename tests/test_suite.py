@@ -91,7 +91,7 @@ def test_only_selects_layers_in_its_order_and_a_table_name_all_its_dtypes(tmp_pa
     assert list(_selected(layers, None, tmp_path)) == list(layers)
     assert list(_selected(layers, "odd, tiny", tmp_path)) == ["odd", "tiny-f16", "tiny-bf16"]
     assert list(_selected(layers, "tiny-bf16,odd", tmp_path)) == ["tiny-bf16", "odd"]
-    with pytest.raises(UserError, match="no layer named tin, x"):
+    with pytest.raises(UserError, match=r"no layer named tin, x in .* \(it has tiny, odd, tiny-x; one dtype as tiny-f16\)"):
         _selected(layers, "tin,odd,x", tmp_path)
 
 

@@ -77,7 +77,10 @@ def _selected(layers: dict, only: Optional[str], suite_file: Path) -> dict:
     picked = {w: [k for k in layers if k == w or k in (f"{w}-{dtype}" for dtype in DTYPES)] for w in wanted}
     missing = [w for w, keys in picked.items() if not keys]
     if missing:
-        raise UserError(f"no layer named {', '.join(missing)} in {suite_file} (it has {', '.join(layers)})")
+        tables = dict.fromkeys(k.rsplit("-", 1)[0] if k.rsplit("-", 1)[-1] in DTYPES else k for k in layers)
+        example = next((k for k in layers if k not in tables), None)
+        one = f"; one dtype as {example}" if example else ""
+        raise UserError(f"no layer named {', '.join(missing)} in {suite_file} (it has {', '.join(tables)}{one})")
     return {k: layers[k] for keys in picked.values() for k in keys}
 
 

@@ -195,3 +195,21 @@ def load_layers(path: Path) -> dict[str, Layer]:
     if not layers:
         raise UserError(f"layer file {path} defines no layer: expected a [layer] table with M, N, K")
     return layers
+
+
+def select_layers(layers: dict[str, Layer], names: str | None, path: Path) -> dict[str, Layer]:
+    """The layers of `load_layers(path)` that comma-separated `names` name, in their order; all of
+    them without names. A table's name selects each of its dtypes (`tiny`: `tiny-f16`, `tiny-bf16`)."""
+    if not names:
+        return layers
+    wanted = [s.strip() for s in names.split(",") if s.strip()]
+    if not wanted:
+        raise UserError(f"{names!r} names no layer: give layer names separated by commas")
+    picked = {w: [k for k in layers if k == w or k in (f"{w}-{dtype}" for dtype in DTYPES)] for w in wanted}
+    missing = [w for w, keys in picked.items() if not keys]
+    if missing:
+        tables = dict.fromkeys(k.rsplit("-", 1)[0] if k.rsplit("-", 1)[-1] in DTYPES else k for k in layers)
+        example = next((k for k in layers if k not in tables), None)
+        one = f"; one dtype as {example}" if example else ""
+        raise UserError(f"no layer named {', '.join(missing)} in {path} (it has {', '.join(tables)}{one})")
+    return {k: layers[k] for keys in picked.values() for k in keys}

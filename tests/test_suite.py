@@ -16,7 +16,7 @@ from cutsearch.suite import geomean, record
 from cutsearch.search import SearchResult
 from cutsearch.storage import open_storage
 from cutsearch.verdict import TrialRecord, Verdict, judge, records
-from cutsearch.problem import Layer
+from cutsearch.problem import Layer, select_layers
 from cutsearch.space import Config
 
 KEYS = {"name", "M", "N", "K", "dtype", "bias", "cublas_us", "cutsearch_us", "speedup", "floor_us", "config",
@@ -85,14 +85,12 @@ def test_suite_command_with_the_model_evaluator_writes_one_record_per_layer_and_
 
 
 def test_only_selects_layers_in_its_order_and_a_table_name_all_its_dtypes(tmp_path):
-    from cutsearch.cli.suite import _selected
-
     layers = {"tiny-f16": 1, "tiny-bf16": 2, "odd": 3, "tiny-x": 4}
-    assert list(_selected(layers, None, tmp_path)) == list(layers)
-    assert list(_selected(layers, "odd, tiny", tmp_path)) == ["odd", "tiny-f16", "tiny-bf16"]
-    assert list(_selected(layers, "tiny-bf16,odd", tmp_path)) == ["tiny-bf16", "odd"]
+    assert list(select_layers(layers, None, tmp_path)) == list(layers)
+    assert list(select_layers(layers, "odd, tiny", tmp_path)) == ["odd", "tiny-f16", "tiny-bf16"]
+    assert list(select_layers(layers, "tiny-bf16,odd", tmp_path)) == ["tiny-bf16", "odd"]
     with pytest.raises(UserError, match=r"no layer named tin, x in .* \(it has tiny, odd, tiny-x; one dtype as tiny-f16\)"):
-        _selected(layers, "tin,odd,x", tmp_path)
+        select_layers(layers, "tin,odd,x", tmp_path)
 
 
 def test_suite_names_a_missing_layer_in_one_line(tmp_path):

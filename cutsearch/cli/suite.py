@@ -12,7 +12,6 @@ import typer
 
 from cutsearch.cli.app import app, err, out, parse_duration
 from cutsearch.errors import UserError
-from cutsearch.problem import DTYPES
 
 
 @app.command("suite")
@@ -32,13 +31,13 @@ def suite_cmd(
     from cutsearch import tuner
     from cutsearch.console import ProgressView
     from cutsearch.evaluator import GpuEvaluator
-    from cutsearch.problem import load_layers
+    from cutsearch.problem import load_layers, select_layers
     from cutsearch.suite import run_suite
     from cutsearch.workspace import Workspace
 
     if evaluator not in ("gpu", "model"):
         raise UserError(f"a suite runs with --evaluator gpu or model, not {evaluator!r}")
-    layers = _selected(load_layers(suite_file), only, suite_file)
+    layers = select_layers(load_layers(suite_file), only, suite_file)
     tuner.check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch)
     ws = Workspace(studies_dir)
     ws.writable()
@@ -64,24 +63,6 @@ def suite_cmd(
     gm = body["geomean_speedup"]
     out.print(f"geometric mean speedup {gm:.2f}x" if gm else "no speedup measured")
     out.print(f"wrote {path}")
-
-
-def _selected(layers: dict, only: Optional[str], suite_file: Path) -> dict:
-    """The layers `--only` names, in its order; all of them without it. A table's name selects
-    each of its dtypes (`tiny` runs `tiny-f16` and `tiny-bf16`)."""
-    if not only:
-        return layers
-    wanted = [s.strip() for s in only.split(",") if s.strip()]
-    if not wanted:
-        raise UserError(f"--only {only!r} names no layer: give names separated by commas")
-    picked = {w: [k for k in layers if k == w or k in (f"{w}-{dtype}" for dtype in DTYPES)] for w in wanted}
-    missing = [w for w, keys in picked.items() if not keys]
-    if missing:
-        tables = dict.fromkeys(k.rsplit("-", 1)[0] if k.rsplit("-", 1)[-1] in DTYPES else k for k in layers)
-        example = next((k for k in layers if k not in tables), None)
-        one = f"; one dtype as {example}" if example else ""
-        raise UserError(f"no layer named {', '.join(missing)} in {suite_file} (it has {', '.join(tables)}{one})")
-    return {k: layers[k] for keys in picked.values() for k in keys}
 
 
 def _table(body: dict):

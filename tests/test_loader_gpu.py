@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import cutsearch
-from cutsearch.export import export
 from cutsearch.problem import Layer
+from tests.exports import search_and_export
 
 pytestmark = pytest.mark.gpu
 
@@ -105,17 +104,6 @@ print("ok", err(y), err(y2), err(y3))
 """
 
 
-def _search_and_export(layer: Layer, out: Path) -> Path:
-    """A two-trial search's kernel, exported; a skip where cuBLAS won (the export would be its
-    fallback, which test_fallback_gpu covers)."""
-    study = f"load-{layer.slug}"
-    result = cutsearch.tune(layer, trials=2, evaluator="gpu", study=study, command="pytest export through load")
-    assert result.best is not None, f"no candidate ran correctly: {result.failures}"
-    if result.best.median_us >= result.cublas_us:
-        pytest.skip(f"cuBLAS won ({result.cublas_us:.1f} against {result.best.median_us:.1f} µs)")
-    return export(study, out=out)
-
-
 def _run_script(script: str, exported: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-c", script, str(exported)], capture_output=True, text=True,
@@ -128,7 +116,7 @@ def _run_script(script: str, exported: Path) -> None:
 def test_exported_kernel_in_a_fresh_process_is_correct_eager_on_a_side_stream_and_in_a_cuda_graph(
         private_dirs, tmp_path):
     # Unaligned N and K, where cuBLAS is slowest, so that a kernel wins even in two trials.
-    exported = Path(EXPORT) if EXPORT else _search_and_export(
+    exported = Path(EXPORT) if EXPORT else search_and_export(
         Layer(m=300, n=1001, k=999, dtype="bf16", bias=True, activation="gelu"), tmp_path / "export")
     _run_script(SCRIPT, exported)
 
@@ -174,4 +162,4 @@ print("ok", err(out), err(returned))
     Layer(m=64, n=1001, k=999, dtype="bf16", bias=True, activation="relu", output="transposed"),
 ], ids=["x-and-y-padded-f16", "y-transposed-bf16-relu"])
 def test_a_layout_export_through_load_in_a_fresh_process_is_correct(layer, private_dirs, tmp_path):
-    _run_script(LAYOUT_SCRIPT, _search_and_export(layer, tmp_path / "export"))
+    _run_script(LAYOUT_SCRIPT, search_and_export(layer, tmp_path / "export"))

@@ -152,9 +152,12 @@ OWN_EPILOGUES = ("staged", "direct", "fixup")
 _TILE_SCHEDULERS = {"persistent": "Persistent", "streamk": "StreamK", "grid": "Default"}
 _GDC_DEFINE = "#ifndef CUTLASS_ENABLE_GDC_FOR_SM90\n#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#endif"
 # CuTe picks the widest WGMMA whose N divides the tile's N, but without this macro it offers only
-# N = 8, 16, 32, 64, 96, 128, 192 and 256: a 160- or 224-wide tile then issues 5 or 7 m64n32
-# instructions a k-step where one m64n160 or m64n224 would do.
+# these widths: a 160- or 224-wide tile then issues 5 or 7 m64n32 instructions a k-step where one
+# m64n160 or m64n224 would do. The macro is defined only for tiles of other widths: its 56,000
+# lines of headers cost each translation unit about a third more time in nvcc's front end, and a
+# tile of a base width gets the same instruction (and PTX) without it.
 EXTENDED_MMA_SHAPES = True
+BASE_MMA_WIDTHS = (8, 16, 32, 64, 96, 128, 192, 256)
 _EXTENDED_MMA_DEFINE = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1"
 
 
@@ -221,13 +224,18 @@ def render(layer: Layer, config: Config) -> KernelSource:
                            swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
-                           mma_define=_EXTENDED_MMA_DEFINE if EXTENDED_MMA_SHAPES else "",
+                           mma_define=_EXTENDED_MMA_DEFINE if extended_mma(config) else "",
                            split_k=(2 if fixup else 1) if config.split_k else 0,
                            split_act=ACTIVATIONS[layer.activation], y_transposed=int(layer.output == "transposed"))
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
                         cutlass_version=cutlass_version())
+
+
+def extended_mma(config: Config) -> bool:
+    """Whether the tile's width needs CuTe's extended WGMMA shapes."""
+    return EXTENDED_MMA_SHAPES and config.tile_n not in BASE_MMA_WIDTHS
 
 
 def _traced_epilogue(fn: str, layer: Layer, config: Config, element, layout_d):

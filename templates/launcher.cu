@@ -24,7 +24,8 @@
 // (both no-ops without PDL). Not for stream-K: CUTLASS 4.2's stream-K scheduler does not
 // compile with it, so those kernels are never launched early (CS_GDC 0).
 ${gdc_define}
-// Before any include, for CuTe to offer every WGMMA width (cutsearch.codegen.EXTENDED_MMA_SHAPES).
+// Before any include, for CuTe to offer every WGMMA width, where the tile needs one of the
+// extended widths (cutsearch.codegen.extended_mma).
 ${mma_define}
 
 #include <cstdint>

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cutsearch import loader
+from cutsearch import codegen, loader
 from cutsearch.cache import MANIFEST, Cache
 from cutsearch.codegen import KernelSource, cutlass_version, render
 from cutsearch.fatbin import device_code
@@ -364,6 +364,30 @@ def test_a_224_wide_tile_is_one_wgmma_a_k_step(tmp_path):
                     Config(tile_m=128, tile_n=224, tile_k=64, kernel_schedule="cooperative", epilogue_schedule="tma"))
     shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", _ptx(tmp_path, source)))
     assert shapes == {"m64n224k16"}
+
+
+@pytest.mark.nvcc
+def test_a_base_width_tile_compiles_to_the_same_ptx_without_the_extended_shapes(tmp_path, monkeypatch):
+    """The extended shapes' headers are left out where the tile's width is a base one: that must
+    change nothing but the time nvcc takes."""
+    layer = Layer(m=256, n=1024, k=1024, bias=True, activation="gelu")
+    config = Config(tile_m=128, tile_n=128, tile_k=64, cluster_n=2, kernel_schedule="pingpong",
+                    epilogue_schedule="tma", swap_ab=True)
+    assert invalid_reason(layer, config) is None
+    base = render(layer, config)
+    monkeypatch.setattr(codegen, "BASE_MMA_WIDTHS", ())
+    extended = render(layer, config)
+    define = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"
+    assert define in extended.code and define not in base.code
+
+    def normalized(source: KernelSource, where: Path) -> str:
+        where.mkdir()
+        ptx = _ptx(where, source).replace(re.search(r"cs_[0-9a-f]{16}", source.code)[0], "NS")
+        # Names of the unit's anonymous namespaces, hashed from its contents.
+        return re.sub(r"[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}", "UNIT", ptx)
+
+    base_ptx = normalized(base, tmp_path / "base")
+    assert "m64n128k16" in base_ptx and base_ptx == normalized(extended, tmp_path / "extended")
 
 
 def _ptx(tmp_path: Path, source: KernelSource) -> str:

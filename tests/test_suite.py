@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -84,6 +87,32 @@ def test_suite_command_with_the_model_evaluator_writes_one_record_per_layer_and_
     assert "suite on model-evaluator" in proc.stdout and f"wrote {path}" in proc.stdout.replace("\n", "")
 
 
+def test_a_killed_suite_loses_no_finished_layer_and_the_same_command_completes_it(tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text("[a]\nM = 64\nN = 64\nK = 64\n[b]\nM = 128\nN = 256\nK = 512\n"
+                     "[c]\nM = 300\nN = 1001\nK = 999\n")
+    results = tmp_path / "studies" / "results"
+    command = [sys.executable, "-m", "cutsearch", "suite", str(suite), "--trials", "40", "--evaluator", "model",
+               "--studies-dir", str(tmp_path / "studies")]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (results / "suite-a.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # in layer b: a dies with its study finished, b mid-search
+    proc.wait()
+    assert (results / "suite-a.json").exists() and not list(results.glob("suite-model-evaluator-*.json"))
+    first = json.loads((results / "suite-a.json").read_text())
+    assert first["trials"] == 40 and first["new_trials"] > 0
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    (path,) = results.glob("suite-model-evaluator-*.json")
+    assert [r["name"] for r in json.loads(path.read_text())["records"]] == ["a", "b", "c"]
+    resumed = json.loads((results / "suite-a.json").read_text())
+    assert resumed["trials"] == 40 and resumed["new_trials"] == 0  # nothing of a measured twice
+    assert json.loads((results / "suite-c.json").read_text())["trials"] == 40
+
+
 def test_only_selects_layers_in_its_order_and_a_table_name_all_its_dtypes(tmp_path):
     layers = {"tiny-f16": 1, "tiny-bf16": 2, "odd": 3, "tiny-x": 4}
     assert list(select_layers(layers, None, tmp_path)) == list(layers)
@@ -133,3 +162,23 @@ def test_the_committed_h200_suite_file_is_what_its_recorded_journals_judge(tmp_p
             assert again[key] == committed[key], (committed["name"], key, again[key], committed[key])
     assert ties == {"square_8k-f16", "square_8k-bf16"}
     assert suite["geomean_speedup"] == geomean([r["speedup"] for r in suite["records"]])
+
+
+def test_the_2026_12_03_summaries_are_what_their_recorded_journals_judge(tmp_path):
+    """Recorded H200 data: the public 14 pairs searched again on 2026-12-03, in two commands (the
+    first cut by its limits, so no one suite file). Each layer's summary follows from its study's
+    journal, judged again here, and so does the geometric mean its README reports."""
+    recording = Path(__file__).resolve().parent.parent / "studies" / "recorded" / "h200-2026-12-03-suite-v13"
+    counted = []
+    for summary_path in sorted(recording.glob("suite-*-*16.json")):
+        summary = json.loads(summary_path.read_text())
+        journal = tmp_path / f"{summary['study']}.journal.log"
+        journal.write_bytes(gzip.decompress((recording / "journals" / f"{journal.name}.gz").read_bytes()))
+        study = optuna.load_study(study_name=summary["study"], storage=open_storage(str(journal)))
+        verdict = judge(records(study), study.user_attrs["race"])
+        assert verdict.best.median_us == summary["best_us"] and verdict.cublas_us == summary["cublas_us"]
+        assert verdict.best.config.to_dict() == summary["best"]["config"]
+        assert verdict.kernel_ships == (summary["ships"] == "the best kernel"), summary["study"]
+        counted.append(verdict.speedup if verdict.kernel_ships else 1.0)
+    assert len(counted) == 14
+    assert round(geomean(counted), 3) == 1.254

@@ -235,6 +235,46 @@ class _Run:
             if ev is not None and _counts(t):
                 self.known[Config.from_dict(ev["config"]).key] = Evaluation.from_dict(ev)
 
+    def announce_standing(self) -> None:
+        """Tell of the best that a resumed study, or a worker joining one, starts from."""
+        if self.best is None:
+            return
+        standing = judge(records(self.study), self.study.user_attrs.get("race"))
+        if standing.best is None:
+            return
+        _emit(self.events, "best", median_us=standing.best.median_us, cublas_us=standing.cublas_us,
+              config=standing.best.config.key)
+        if self.on_best is not None:  # a killed run may have told its best and died before persisting it
+            self.on_best(standing.best, standing.cublas_us)
+
+    def run_trials(self, *, trials: int, timeout_s: float | None, start: float, batch: int,
+                   dists: dict[str, CategoricalDistribution], hopeless: set[str]) -> None:
+        """Ask, build and measure batches until the study holds `trials` evaluated trials (told by
+        any worker), `timeout_s` has passed since `start`, or the sampler proposes nothing new."""
+        stalled = 0
+        with storage_mod.Heartbeat(self.study) as heartbeat:
+            while True:
+                reaped = storage_mod.reap_stale(self.study)  # trials of runs that died, here or elsewhere
+                if reaped:
+                    _emit(self.events, "reaped", trials=reaped)
+                done = _evaluated(self.study)
+                remaining = trials - done
+                if remaining <= 0:
+                    break
+                if timeout_s is not None and time.monotonic() - start > timeout_s:
+                    _emit(self.events, "timeout", elapsed_s=time.monotonic() - start)
+                    break
+                _emit(self.events, "batch", size=min(batch, remaining), done=done, total=trials)
+                fresh, taken, claimed = self.ask(heartbeat, dists, hopeless, budget=trials, size=min(batch, remaining),
+                                                 max_asks=MAX_ASKS_PER_SLOT * batch)
+                if claimed and not fresh:
+                    break  # the rest of the budget is in flight, in this run or in another worker
+                stalled = stalled + 1 if not fresh else 0
+                if stalled >= 3 or taken == 0:
+                    _emit(self.events, "exhausted", done=done)
+                    break
+                self.measure(heartbeat, fresh)
+
     def ask(self, heartbeat: storage_mod.Heartbeat, dists: dict[str, CategoricalDistribution], hopeless: set[str],
             *, budget: int, size: int, max_asks: int) -> tuple[dict[str, list[optuna.Trial]], int, bool]:
         """Fill a batch of `size` with configs worth building: the new configs' trials by key, the
@@ -354,41 +394,12 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
         _enqueue_model_order(study, layer, space, trials)
     else:
         warm_start(study, layer, space, batch if warm is None else warm, priors)
-    dists = distributions(space)
-    hopeless = _hopeless(study, layer, space) if prune and sampler == "tpe" else set()
     run = _Run(study=study, layer=layer, evaluator=evaluator, events=events, on_best=on_best, artifacts=artifacts,
                best=_best(study))
     run.learn(study.get_trials(deepcopy=False))
-    standing = judge(records(study), study.user_attrs.get("race")) if run.best is not None else None
-    if standing is not None and standing.best is not None:
-        # What a resumed study, or a worker joining one, starts from.
-        _emit(events, "best", median_us=standing.best.median_us, cublas_us=standing.cublas_us,
-              config=standing.best.config.key)
-        if on_best is not None:  # a killed run may have told its best and died before persisting it
-            on_best(standing.best, standing.cublas_us)
-    stalled = 0
-    with storage_mod.Heartbeat(study) as heartbeat:
-        while True:
-            reaped = storage_mod.reap_stale(study)  # trials of runs that died, here or elsewhere
-            if reaped:
-                _emit(events, "reaped", trials=reaped)
-            done = _evaluated(study)
-            remaining = trials - done
-            if remaining <= 0:
-                break
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
-                _emit(events, "timeout", elapsed_s=time.monotonic() - start)
-                break
-            _emit(events, "batch", size=min(batch, remaining), done=done, total=trials)
-            fresh, taken, claimed = run.ask(heartbeat, dists, hopeless, budget=trials, size=min(batch, remaining),
-                                            max_asks=MAX_ASKS_PER_SLOT * batch)
-            if claimed and not fresh:
-                break  # the rest of the budget is in flight, in this run or in another worker
-            stalled = stalled + 1 if not fresh else 0
-            if stalled >= 3 or taken == 0:
-                _emit(events, "exhausted", done=done)
-                break
-            run.measure(heartbeat, fresh)
+    run.announce_standing()
+    run.run_trials(trials=trials, timeout_s=timeout_s, start=start, batch=batch, dists=distributions(space),
+                   hopeless=_hopeless(study, layer, space) if prune and sampler == "tpe" else set())
     if race_rounds > 0 and hasattr(evaluator, "race"):
         _run_race(study, layer, evaluator, race_rounds, events)
     finished = [t for t in study.get_trials(deepcopy=False) if _counts(t)]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:  # report imports optuna: only `show` needs it, so it is imported there
+    from cutsearch.report import Digest
 
 
 class ProgressView:
@@ -165,22 +168,34 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
     title = (f"{study}: {layer.m}x{layer.n}x{layer.k} {layer.dtype}"
              f"{' +bias' if layer.bias else ''}{'' if layer.activation == 'none' else ' ' + layer.activation}")
     if d.measured:
-        trials = Table(title=f"{title}: top {min(top, len(d.top(top)))} of {len(d.measured)} completed trials",
-                       title_justify="left")
-        raced = d.verdict.raced_us is not None
-        for name, justify in (("trial", "right"), ("median µs", "right"), ("p20-p80 µs", "right"),
-                              ("cuBLAS beside µs", "right"), ("speedup", "right"),
-                              *([("race µs", "right")] if raced else []), ("config", "left"), ("compile s", "right")):
-            trials.add_column(name, justify=justify)
-        for r in d.top(top):
-            t = r.evaluation["measurement"]["timing"]
-            compile_s = r.evaluation.get("compile_s")
-            trials.add_row(str(r.number), f"{r.median_us:.1f}", f"{t['p20_us']:.1f}-{t['p80_us']:.1f}",
-                           "-" if r.cublas_us is None else f"{r.cublas_us:.1f}",
-                           "-" if r.speedup is None else f"{r.speedup:.2f}x",
-                           *([d.race_cell(r.number)] if raced else []), _config_short(r.config),
-                           "-" if compile_s is None else f"{compile_s:.0f}")
-        console.print(trials)
+        console.print(_trials_table(d, title, top))
+    console.print(_summary_table(d, title))
+    for line in _verdict_lines(d, study):
+        console.print(f"[yellow]{line}[/]")
+
+
+def _trials_table(d: Digest, title: str, top: int) -> Table:
+    """The `top` fastest measured trials, with their race times where a race stands."""
+    table = Table(title=f"{title}: top {min(top, len(d.top(top)))} of {len(d.measured)} completed trials",
+                  title_justify="left")
+    raced = d.verdict.raced_us is not None
+    for name, justify in (("trial", "right"), ("median µs", "right"), ("p20-p80 µs", "right"),
+                          ("cuBLAS beside µs", "right"), ("speedup", "right"),
+                          *([("race µs", "right")] if raced else []), ("config", "left"), ("compile s", "right")):
+        table.add_column(name, justify=justify)
+    for r in d.top(top):
+        t = r.evaluation["measurement"]["timing"]
+        compile_s = r.evaluation.get("compile_s")
+        table.add_row(str(r.number), f"{r.median_us:.1f}", f"{t['p20_us']:.1f}-{t['p80_us']:.1f}",
+                      "-" if r.cublas_us is None else f"{r.cublas_us:.1f}",
+                      "-" if r.speedup is None else f"{r.speedup:.2f}x",
+                      *([d.race_cell(r.number)] if raced else []), _config_short(r.config),
+                      "-" if compile_s is None else f"{compile_s:.0f}")
+    return table
+
+
+def _summary_table(d: Digest, title: str) -> Table:
+    """The best kernel against cuBLAS and the floor, and what the study's trials came to."""
     best = d.best
     summary = Table(title=f"{title}: best kernel against cuBLAS", show_header=False, title_justify="left")
     summary.add_column(style="bold")
@@ -201,19 +216,25 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
     summary.add_row("failures", ", ".join(f"{k} {v}" for k, v in d.failures.items()) or "none")
     if best is not None:
         summary.add_row("config", _config_line(best.config.to_dict(), best.evaluation["measurement"]["knobs"]))
-    console.print(summary)
-    if best is None:
+    return summary
+
+
+def _verdict_lines(d: Digest, study: str) -> list[str]:
+    """What an export of the study would ship, where that is not its best kernel, and the study's note."""
+    lines = []
+    if d.best is None:
         why = d.verdict.basis if d.measured else "every finished trial failed"
-        console.print(f"[yellow]no kernel to ship in {study}: {why}[/]")
+        lines.append(f"no kernel to ship in {study}: {why}")
     if d.note:
-        console.print(f"[yellow]{d.note}[/]")
+        lines.append(d.note)
     if d.verdict.fallback_wins:
-        console.print(f"[yellow]cuBLASLt with the ReLU fused ({_us(d.verdict.fallback_us)}) won the race: "
-                      "an export will call the fallback's library[/]")
+        lines.append(f"cuBLASLt with the ReLU fused ({_us(d.verdict.fallback_us)}) won the race: "
+                     "an export will call the fallback's library")
     elif d.verdict.tie:
-        console.print(f"[yellow]the best kernel ran at {d.verdict.tie} with cuBLAS: an export will call cuBLAS[/]")
+        lines.append(f"the best kernel ran at {d.verdict.tie} with cuBLAS: an export will call cuBLAS")
     elif d.speedup is not None and d.speedup < 1:
-        console.print("[yellow]cuBLAS is faster for this layer: an export will call cuBLAS instead[/]")
+        lines.append("cuBLAS is faster for this layer: an export will call cuBLAS instead")
+    return lines
 
 
 def _config_short(c: Any) -> str:

@@ -115,7 +115,7 @@ def _export_under_test(tmp_path: Path) -> tuple[Shape, Path]:
     unaligned N and K (where a kernel wins even in two trials), shared by this file's tests."""
     pytest.importorskip("cutsearch.torch", reason="cutsearch.torch (the export side) is not available")
     path = os.environ.get("CUTSEARCH_TEST_EXPORT")
-    if path is None:
+    if not path:
         if "searched" not in _EXPORTS:
             _EXPORTS["searched"] = search_and_export(Layer(m=300, n=1001, k=999, dtype="bf16", bias=True),
                                                      tmp_path / "export")

@@ -131,8 +131,25 @@ def test_suite_names_a_missing_layer_in_one_line(tmp_path):
     assert proc.stderr.strip().count("\n") == 0 and "no layer named nope" in proc.stderr
 
 
+def _judged_again(committed: dict, journals: Path, tmp_path: Path) -> tuple[dict, Verdict]:
+    """A committed suite record rebuilt from its study's recorded journal, with nothing measured."""
+    journal = tmp_path / f"{committed['study']}.journal.log"
+    journal.write_bytes(gzip.decompress((journals / f"{journal.name}.gz").read_bytes()))
+    study = optuna.load_study(study_name=committed["study"], storage=open_storage(str(journal)))
+    assert study.user_attrs.get("race"), committed["name"]  # every search of these runs ended in a race
+    verdict = judge(records(study), study.user_attrs["race"])
+    layer = Layer.from_dict(study.user_attrs["layer"], name=committed["name"])
+    again = record(committed["name"], SearchResult(
+        study_name=committed["study"], layer=layer, verdict=verdict, trials=committed["trials"], new_trials=0,
+        new_compiles=0, failures={}, wall_s=committed["wall_s"], source="measured"))
+    return again, verdict
+
+
+_JUDGED_KEYS = ("cutsearch_us", "cublas_us", "speedup", "kernel_us", "fallback", "config", "verdict")
+
+
 def test_the_committed_h200_suite_file_is_what_its_recorded_journals_judge(tmp_path):
-    """Recorded H200 data: every record of the committed suite file follows from the study
+    """Recorded H200 data: every record of the 2026-12-02 suite file follows from the study
     journals of that run, judged again here (race included) with nothing measured. The file
     predates the rule that a kernel must beat cuBLAS in every round of the race: judged by it,
     square_8k's two kernels, faster by the race's median in 4 and 3 of 5 rounds, are ties."""
@@ -142,15 +159,7 @@ def test_the_committed_h200_suite_file_is_what_its_recorded_journals_judge(tmp_p
     assert len(suite["records"]) == 18
     ties = set()
     for committed in suite["records"]:
-        journal = tmp_path / f"{committed['study']}.journal.log"
-        journal.write_bytes(gzip.decompress((journals / f"{committed['study']}.journal.log.gz").read_bytes()))
-        study = optuna.load_study(study_name=committed["study"], storage=open_storage(str(journal)))
-        assert study.user_attrs.get("race"), committed["name"]  # every search of this run ended in a race
-        verdict = judge(records(study), study.user_attrs["race"])
-        layer = Layer.from_dict(study.user_attrs["layer"], name=committed["name"])
-        again = record(committed["name"], SearchResult(
-            study_name=committed["study"], layer=layer, verdict=verdict, trials=committed["trials"], new_trials=0,
-            new_compiles=0, failures={}, wall_s=committed["wall_s"], source="measured"))
+        again, verdict = _judged_again(committed, journals, tmp_path)
         if verdict.tie:
             ties.add(committed["name"])
             assert not committed["fallback"] and committed["speedup"] > 1.0
@@ -158,10 +167,30 @@ def test_the_committed_h200_suite_file_is_what_its_recorded_journals_judge(tmp_p
             assert "a tie" in again["note"]
             assert (again["kernel_us"], again["config"]) == (committed["kernel_us"], committed["config"])
             continue
-        for key in ("cutsearch_us", "cublas_us", "speedup", "kernel_us", "fallback", "config", "verdict"):
+        for key in _JUDGED_KEYS:
             assert again[key] == committed[key], (committed["name"], key, again[key], committed[key])
     assert ties == {"square_8k-f16", "square_8k-bf16"}
     assert suite["geomean_speedup"] == geomean([r["speedup"] for r in suite["records"]])
+
+
+def test_the_2026_12_03_suite_file_is_what_its_recorded_journals_judge(tmp_path):
+    """Recorded H200 data: the suite file the README's table is built from, one run of all 18 pairs
+    on the code that judges it here. Every record follows from its study's journal, with no tie to
+    reinterpret, and so do the geometric means the README reports."""
+    root = Path(__file__).resolve().parent.parent
+    suite = json.loads((root / "studies" / "results" / "suite-nvidia-h200-2026-12-03.json").read_text())
+    recording = root / "studies" / "recorded" / "h200-2026-12-03-suite-v14"
+    assert json.loads((recording / "suite-nvidia-h200-2026-12-03.json").read_text()) == suite
+    assert len(suite["records"]) == 18
+    for committed in suite["records"]:
+        again, _ = _judged_again(committed, recording / "journals", tmp_path)
+        for key in _JUDGED_KEYS:
+            assert again[key] == committed[key], (committed["name"], key, again[key], committed[key])
+    speedups = {r["name"]: r["speedup"] for r in suite["records"]}
+    public = [s for name, s in speedups.items() if not name.startswith(("m1-", "gelu_mlp-"))]
+    assert suite["geomean_speedup"] == geomean(list(speedups.values()))
+    assert (round(geomean(public), 3), round(suite["geomean_speedup"], 3)) == (1.256, 1.231)
+    assert min(speedups.values()) == 1.0
 
 
 def test_the_2026_12_03_summaries_are_what_their_recorded_journals_judge(tmp_path):

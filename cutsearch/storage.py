@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from cutsearch.errors import UserError
 from cutsearch.outcome import FailureKind
+from cutsearch.workspace import writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,7 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"cannot open storage {_redact(str(url))}: {reason}") from None
     path = Path(text)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.parent / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
+    writable_dir(path.parent, "the journal's directory")
     if _is_gzip(path):  # a recorded journal as committed: Optuna would read it as a corrupt one
         raise UserError(f"{path} is gzip-compressed: `gunzip -k {path}`, then pass the uncompressed file")
     _check_journal(path)

@@ -40,10 +40,15 @@ class Workspace:
         return override or str(self.journal(name))
 
     def writable(self) -> None:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f".write-test-{os.getpid()}"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as exc:
-            raise UserError(f"cannot write the study directory {self.root}: {exc.strerror or exc}") from None
+        writable_dir(self.root, "the study directory")
+
+
+def writable_dir(directory: Path, what: str) -> None:
+    """Create `directory` and prove a file can be written there, before any long work starts."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"cannot write {what} {directory}: {exc.strerror or exc}") from None

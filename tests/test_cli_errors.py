@@ -293,6 +293,14 @@ def test_study_directory_that_cannot_be_written_is_one_line(tmp_path):
     assert blocker.read_text() == "not a directory"
 
 
+def test_journal_storage_that_cannot_be_written_is_one_line(studies, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    line = one_line_error(cutsearch("search", *LAYER, *REPLAY, "--storage", str(blocker / "j" / "journal.log")),
+                          "cannot write the journal's directory")
+    assert str(blocker / "j") in line and blocker.read_text() == "not a directory"
+
+
 # ---- a full disk while compiling (in-process: no test may fill a real disk) --------------------------
 
 def _no_staging(root: Path) -> bool:

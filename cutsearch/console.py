@@ -65,7 +65,9 @@ class ProgressView:
         elif name == "reaped":
             self.console.print(f"reaped {len(data['trials'])} trial(s) left RUNNING by a killed run")
         elif name == "timeout":
-            self.console.print(f"time limit reached after {data['elapsed_s']:.0f} s: stopping after this batch")
+            # Checked between batches: a batch already building is finished, so a run can pass its limit.
+            self.console.print(f"time limit of {data['limit_s']:g} s passed (now {data['elapsed_s']:.0f} s): "
+                               "no new batch")
         elif name == "exhausted":
             self.console.print("the sampler proposes only configs already tried: the space is exhausted")
         elif name == "racing":

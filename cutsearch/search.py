@@ -262,7 +262,7 @@ class _Run:
                 if remaining <= 0:
                     break
                 if timeout_s is not None and time.monotonic() - start > timeout_s:
-                    _emit(self.events, "timeout", elapsed_s=time.monotonic() - start)
+                    _emit(self.events, "timeout", elapsed_s=time.monotonic() - start, limit_s=timeout_s)
                     break
                 _emit(self.events, "batch", size=min(batch, remaining), done=done, total=trials)
                 fresh, taken, claimed = self.ask(heartbeat, dists, hopeless, budget=trials, size=min(batch, remaining),

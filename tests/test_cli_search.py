@@ -82,3 +82,14 @@ def test_split_k_on_a_layer_it_cannot_help_says_so(tmp_path, private_dirs):
     run = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "--split-k: not searched for this layer" in run.stderr
+
+
+def test_a_time_limit_is_told_and_starts_no_batch_after_it_passes(private_dirs):
+    """Passed before the first batch or during it (its timing is the machine's): no second batch."""
+    studies = private_dirs[0]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    run = subprocess.run([*COMMAND[:-1], "50", "--batch", "2", "--timeout", "0.001s"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": path, "COLUMNS": "120"}, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "time limit of 0.001 s passed" in run.stdout + run.stderr
+    assert json.loads((studies / "results" / "fc-64x64x64-f16.json").read_text())["trials"] in (0, 2)

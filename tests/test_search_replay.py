@@ -606,3 +606,15 @@ def test_a_resumed_search_or_a_joining_worker_shows_the_studys_best_from_the_sta
     bests = [data for name, data in heard if name == "best"]
     assert bests and bests[0]["median_us"] == first.best.median_us
     assert bests[0]["cublas_us"] == first.cublas_us
+
+
+def test_a_time_limit_stops_new_batches_and_finishes_the_one_in_flight(tmp_path):
+    """The limit is checked between batches: the batch it passes in is told whole, and no other starts."""
+    slow = Counting(ReplayEvaluator(ReplayEvaluator.load(ASR_RECORDING, ASR).recording, delay_s=0.3))
+    heard = []
+    _, trials = run(tmp_path, ASR, slow, ASR_SPACE, trials=4, timeout_s=0.1,
+                    events=lambda name, data: heard.append((name, data)))
+    assert len(slow.asked) == 2 and len(counted(trials)) == 2
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    (stop,) = [data for name, data in heard if name == "timeout"]
+    assert stop["limit_s"] == 0.1 and stop["elapsed_s"] >= 0.6

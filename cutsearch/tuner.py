@@ -225,6 +225,19 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, cublas_us: floa
     persist.write_dir(target, {"kernel.cu": entry / "kernel.cu", "kernel.so": entry / "kernel.so"}, meta)
 
 
+def _best_trial(best: TrialRecord) -> dict[str, Any]:
+    """The best trial's part of the summary: its config, knobs and what its measurement saw."""
+    measured = best.evaluation["measurement"]
+    return {
+        "trial": best.number, "config": best.config.to_dict(), "knobs": measured["knobs"],
+        "timing_us": measured["timing"],
+        "cublas_timing_us": measured.get("baseline"),  # the one beside it
+        "rel_error": measured["rel_error"],
+        "io_variants_us": {name: t["median_us"] for name, t in measured.get("io_variants", {}).items()},
+        "floors_us": {name: t["median_us"] for name, t in measured.get("floors", {}).items()},
+    }
+
+
 def summary(result: SearchResult, *, toolchain: Provenance | None = None, command: str = "",
             runs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The one-screen summary, as data: also written as studies/results/<study>.json."""
@@ -261,17 +274,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "command": command,
         "runs": runs or [],
         "study_wall_s": round(sum(r["wall_s"] for r in runs), 2) if runs else round(result.wall_s, 2),
-        "best": None if best is None else {
-            "trial": best.number, "config": best.config.to_dict(),
-            "knobs": best.evaluation["measurement"]["knobs"],
-            "timing_us": best.evaluation["measurement"]["timing"],
-            "cublas_timing_us": best.evaluation["measurement"].get("baseline"),  # the one beside it
-            "rel_error": best.evaluation["measurement"]["rel_error"],
-            "io_variants_us": {name: t["median_us"]
-                               for name, t in best.evaluation["measurement"].get("io_variants", {}).items()},
-            "floors_us": {name: t["median_us"]
-                          for name, t in best.evaluation["measurement"].get("floors", {}).items()},
-        },
+        "best": None if best is None else _best_trial(best),
         "toolchain": {"gpu": tc.gpu, "nvcc": tc.nvcc, "cutlass": tc.cutlass, "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

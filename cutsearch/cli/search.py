@@ -42,7 +42,8 @@ def search_cmd(
     output_layout: str = typer.Option("contiguous", "--output",
                                       help="contiguous, padded (rows padded to 16 bytes) or transposed (y^T)."),
     trials: int = typer.Option(64, help="Finished trials the study should hold; a rerun resumes up to it."),
-    timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for starting new batches, e.g. 15m: the batch in flight is finished."),
+    timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for starting new batches, e.g. 15m: the "
+                                                     "batch in flight is finished."),
     study: Optional[str] = typer.Option(None, help="Study name (default: from the layer)."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: a journal file under studies/)."),
     gpu: int = typer.Option(0, help="GPU index to measure on."),

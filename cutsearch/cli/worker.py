@@ -18,7 +18,8 @@ def worker_cmd(
     storage: Optional[str] = typer.Option(None, help="Storage URL shared by all workers, e.g. postgresql://..."),
     gpu: int = typer.Option(0, help="GPU index this worker measures on."),
     trials: int = typer.Option(64, help="Evaluated trials the study should reach; workers stop there."),
-    timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for starting new batches, e.g. 30m: the batch in flight is finished."),
+    timeout: Optional[str] = typer.Option(None, help="Wall-clock limit for starting new batches, e.g. 30m: the "
+                                                     "batch in flight is finished."),
     wait: Optional[str] = typer.Option(None, help="Wait this long for the study to appear, e.g. 2m "
                                                   "(a worker started together with the search)."),
     evaluator: str = typer.Option("gpu", help="gpu, replay or model."),

@@ -211,3 +211,14 @@ def test_the_2026_12_03_summaries_are_what_their_recorded_journals_judge(tmp_pat
         counted.append(verdict.speedup if verdict.kernel_ships else 1.0)
     assert len(counted) == 14
     assert round(geomean(counted), 3) == 1.254
+
+
+def test_the_suite_history_script_reads_every_recorded_run():
+    """Recorded H200 data: the README's run-to-run ranges come from this script's output."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "studies" / "scripts" / "suite_history.py"), "small_batch-f16",
+                          "asr_out-bf16"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "ratio 1.057-1.184x over 6 runs" in out and "ratio 1.085-1.128x over 6 runs" in out
+    latest = {r["name"]: r for r in json.loads(
+        (root / "studies" / "results" / "suite-nvidia-h200-2026-12-03.json").read_text())["records"]}["small_batch-f16"]
+    assert f"{'fourteenth':<11} {latest['cublas_us']:8.2f} {latest['kernel_us']:8.2f}" in out

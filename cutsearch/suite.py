@@ -31,12 +31,20 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
             "verdict": result.verdict.basis}
     # The fallback's fused cuBLASLt, where it won the race: what the export ships and the suite counts.
     fused = result.verdict.fallback_us if result.verdict.fallback_wins else None
-    if best is None or speedup is None:
+    if best is None:
         return {**base, "cublas_us": cublas_us, "cutsearch_us": fused or cublas_us,
                 "speedup": cublas_us / fused if fused else 1.0 if cublas_us else None, "fallback": True,
                 "fallback_us": fused, "kernel_us": None, "config": None, "transforms": None,
                 "note": "no correct kernel was measured" + (": the fallback's fused cuBLASLt won" if fused else "")}
     measurement = best.evaluation["measurement"]
+    if speedup is None:  # the cost model's pick (or a replay without cuBLAS): nothing to compare it with
+        knobs = measurement["knobs"]
+        what = "the cost model's pick" if result.source == "predicted" else "the best kernel"
+        return {**base, "cublas_us": None, "cutsearch_us": None, "speedup": None, "fallback": True,
+                "fallback_us": None, "kernel_us": best.median_us, "config": best.config.to_dict(),
+                "transforms": {**layer_transforms(layer, best.config, knobs), "knobs": knobs},
+                "note": f"{what} ({best.median_us:.1f} µs {result.source}) has no cuBLAS time to be judged "
+                        "against: the export calls cuBLAS"}
     base["cublas_beside_us"] = (measurement.get("baseline") or {}).get("median_us")
     transforms = {**layer_transforms(layer, best.config, measurement["knobs"]), "knobs": measurement["knobs"]}
     # The roofline floor plus an empty kernel timed in the same run: no call is faster, so

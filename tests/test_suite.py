@@ -84,6 +84,12 @@ def test_suite_command_with_the_model_evaluator_writes_one_record_per_layer_and_
     for r in body["records"]:
         assert KEYS <= r.keys()
         assert r["source"] == "predicted"
+        # The model's pick is kept for planning, and nothing claims a speedup it cannot know.
+        assert r["kernel_us"] > 0 and r["config"] and r["transforms"]["knobs"] is not None
+        assert r["speedup"] is None and r["cublas_us"] is None and r["fallback"]
+        assert f"the cost model's pick ({r['kernel_us']:.1f} µs predicted)" in r["note"]
+    assert body["geomean_speedup"] is None
+    assert "no speedup: the model predicts kernels, not cuBLAS" in proc.stdout.replace("\n", " ")
     assert "suite on model-evaluator" in proc.stdout and f"wrote {path}" in proc.stdout.replace("\n", "")
 
 

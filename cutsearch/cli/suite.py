@@ -61,7 +61,9 @@ def suite_cmd(
         ev.close()
     out.print(_table(body))
     gm = body["geomean_speedup"]
-    out.print(f"geometric mean speedup {gm:.2f}x" if gm else "no speedup measured")
+    predicted = all(r["source"] == "predicted" for r in body["records"])
+    out.print(f"geometric mean speedup {gm:.2f}x" if gm else "no speedup: the model predicts kernels, not cuBLAS"
+              if predicted else "no speedup measured")
     out.print(f"wrote {path}")
 
 
@@ -77,9 +79,16 @@ def _table(body: dict):
         table.add_row(r["name"], r["dtype"], _us(r["cublas_us"]), _us(r["cutsearch_us"]),
                       "-" if r["speedup"] is None else f"{r['speedup']:.2f}x", _us(r["floor_us"]),
                       _us(r.get("floor_with_launch_us")), "-" if bound is None else f"{bound:.2f}x",
-                      ("cuBLASLt fallback, ReLU fused" if r.get("fallback_us") else "cuBLAS fallback")
-                      if r["fallback"] else "")
+                      _note(r))
     return table
+
+
+def _note(r: dict) -> str:
+    if r["source"] == "predicted" and r["kernel_us"] is not None:
+        return f"model: {r['kernel_us']:.1f} µs"
+    if not r["fallback"]:
+        return ""
+    return "cuBLASLt fallback, ReLU fused" if r.get("fallback_us") else "cuBLAS fallback"
 
 
 def _us(v):

@@ -99,6 +99,15 @@ def test_bad_layer_or_option_is_one_line_and_writes_nothing(studies, args, fragm
     assert nothing_written(studies)
 
 
+@pytest.mark.parametrize("option", [["--trials", "0"], ["--seed", "-1"], ["--split-k", "--jobs", "0"]],
+                         ids=["trials", "seed", "split-k-jobs"])
+def test_a_bad_option_is_the_only_line_even_where_a_notice_would_precede_the_search(studies, option):
+    """The model evaluator's and --split-k's notices come after the options are checked."""
+    one_line_error(cutsearch("search", "--m", "64", "--n", "64", "--k", "64", "--evaluator", "model", *option),
+                   "must be")
+    assert nothing_written(studies)
+
+
 @pytest.mark.parametrize(("content", "fragments"), [
     (None, ["does not exist"]),
     ("directory", ["cannot read layer file"]),

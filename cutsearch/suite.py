@@ -37,16 +37,15 @@ def record(name: str, result: SearchResult) -> dict[str, Any]:
                 "fallback_us": fused, "kernel_us": None, "config": None, "transforms": None,
                 "note": "no correct kernel was measured" + (": the fallback's fused cuBLASLt won" if fused else "")}
     measurement = best.evaluation["measurement"]
+    transforms = {**layer_transforms(layer, best.config, measurement["knobs"]), "knobs": measurement["knobs"]}
     if speedup is None:  # the cost model's pick (or a replay without cuBLAS): nothing to compare it with
-        knobs = measurement["knobs"]
         what = "the cost model's pick" if result.source == "predicted" else "the best kernel"
         return {**base, "cublas_us": None, "cutsearch_us": None, "speedup": None, "fallback": True,
                 "fallback_us": None, "kernel_us": best.median_us, "config": best.config.to_dict(),
-                "transforms": {**layer_transforms(layer, best.config, knobs), "knobs": knobs},
+                "transforms": transforms,
                 "note": f"{what} ({best.median_us:.1f} µs {result.source}) has no cuBLAS time to be judged "
                         "against: the export calls cuBLAS"}
     base["cublas_beside_us"] = (measurement.get("baseline") or {}).get("median_us")
-    transforms = {**layer_transforms(layer, best.config, measurement["knobs"]), "knobs": measurement["knobs"]}
     # The roofline floor plus an empty kernel timed in the same run: no call is faster, so
     # cuBLAS over it is the most any kernel could gain here.
     if best.empty_kernel_us:

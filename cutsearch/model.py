@@ -142,13 +142,14 @@ def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowView
     # A pitched copy reads and writes its bytes once. A caller's padded buffers need none.
     if kp.pad_k != layer.k and layer.input == "contiguous" and views is None:
         terms.append(coeff.copy_overhead_us + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6)
-    if kp.pad_n != layer.n and layer.output == "contiguous":
+    reduces = config.split_k and config.epilogue_schedule != "fixup"
+    if kp.pad_n != layer.n and layer.output == "contiguous" and not reduces:  # the reduction writes y
         terms.append(coeff.copy_overhead_us + 2 * layer.m * layer.n * e / PEAK_BYTES_PER_S * 1e6)
     if config.tile_scheduler == "streamk":
         terms.append(coeff.copy_overhead_us)  # the workspace reset before every launch
         if splits > 1:
             terms.append(STREAMK_SPLIT_US * (splits - 1))
-    if config.split_k and config.epilogue_schedule != "fixup":
+    if reduces:
         terms.append(coeff.copy_overhead_us)  # the reduction kernel
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.

@@ -63,7 +63,8 @@ DEFAULT_STAGES = (0,)
 
 SMEM_BYTES = 227 * 1024
 SM_COUNT = 132
-SPLITS = (2, 3, 4, 6, 8, 16)  # K slices of a split-K config, a run-time knob
+SPLITS = (2, 3, 4, 6, 8, 16, 32, 64, 128)  # K slices of a split-K config, a run-time knob
+SPLITS_IN_ANY_WAVE = 16  # more slices than this only where all of them run in one wave
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, order=True)
@@ -139,6 +140,8 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     # A caller's padded buffers fix the pitch whatever the config. TMA needs aligned pitches,
     # not extents: N is padded only where it is y's row pitch.
     pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
+    if config.split_k and pad_k != layer.k and layer.input == "contiguous":
+        pad_k = split_k_pitch(layer.k, vec)  # x is copied anyway: a pitch that many slice counts cut
     transposed = layer.output == "transposed"
     # The SIMT epilogues store rows of any pitch: for them `pad` pads K alone,
     # since padding N would only add y's copy.
@@ -148,6 +151,14 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     # A and B are both K-major, so their alignment is K's; D's leading dimension is y's pitch.
     return KernelProblem(m=m, n=n, k=pad_k, pad_n=pad_n, pad_k=pad_k, align_ab=alignment(pad_k, layer.dtype),
                          align_d=alignment(layer.m if transposed else pad_n, layer.dtype))
+
+
+def split_k_pitch(k: int, vec: int) -> int:
+    """The row pitch of x and W for split-K where K is padded: a multiple of `slices` 16-byte
+    vectors, the most slices (up to 128) whose padding costs at most 1/32 of K in zeros, so that
+    every power of two up to them cuts K into 16-byte slices."""
+    slices = max(s for s in (1, *SPLITS) if s & (s - 1) == 0 and (s == 1 or s * vec * 32 <= k))
+    return pad_to(k, slices * vec)
 
 
 def smem_bytes(config: Config, dtype: str, stages: int) -> int:
@@ -340,9 +351,11 @@ def split_k_pays(layer: Layer) -> bool:
 
 
 def k_splits(config: Config, kp: KernelProblem, dtype: str) -> tuple[int, ...]:
-    """The slice counts that cut K into 16-byte-aligned slices of at least two k-tiles."""
+    """The slice counts that cut K into 16-byte-aligned slices of at least two k-tiles; past
+    SPLITS_IN_ANY_WAVE, only where the slices of all output tiles run at once."""
     vec = 16 // BYTES[dtype]
-    return tuple(s for s in SPLITS if kp.k % (s * vec) == 0 and kp.k // s >= 2 * config.tile_k)
+    return tuple(s for s in SPLITS if kp.k % (s * vec) == 0 and kp.k // s >= 2 * config.tile_k
+                 and (s <= SPLITS_IN_ANY_WAVE or output_ctas(kp, config) * s <= SM_COUNT))
 
 
 def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
@@ -351,8 +364,10 @@ def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
     if c.tile_scheduler not in ("persistent", "grid") or c.epilogue_schedule not in ("tma", "fixup"):
         return ("split-K runs on the persistent scheduler or the ws grid, with the TMA epilogue and a reduction "
                 "kernel or with the fixup epilogue (stream-K splits on its own)")
-    if kp.pad_k != layer.k or kp.pad_n != layer.n or layer.input != "contiguous" or layer.output != "contiguous":
-        return "split-K needs K and N in 16-byte rows and contiguous x and y"
+    if layer.input != "contiguous" or layer.output != "contiguous":
+        return "split-K needs contiguous x and y"
+    if c.epilogue_schedule == "fixup" and (kp.pad_k != layer.k or kp.pad_n != layer.n):
+        return "split-K's fixup epilogue needs K and N in 16-byte rows (the reduction kernel pads)"
     if not k_splits(c, kp, layer.dtype):
         return f"K={kp.k} has no split into 16-byte slices of two {c.tile_k}-wide k-tiles or more"
     return None
@@ -480,7 +495,7 @@ class Space:
         aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0
         pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
         contiguous = self.layer.input == "contiguous" and self.layer.output == "contiguous"
-        offered = aligned and contiguous and split_k_helps(self.layer)
+        offered = contiguous and split_k_helps(self.layer)
         wanted = self.split_k if self.split_k is not None else (False, True) if split_k_pays(self.layer) else (False,)
         split = tuple(v for v in wanted if offered or not v) or (False,)
         # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.

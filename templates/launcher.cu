@@ -9,7 +9,7 @@
 // A transposed output (y^T, N x M) is a property of the kernel's D layout, not of this file.
 //   CS_SPLIT_K : K in `splits` slices on the kernel's batch dimension. 1: the kernel writes fp32
 //                partials into the workspace, and a second kernel sums them with the bias and
-//                activation into y. 2: its own epilogue does (templates/epilogue.cuh, fixup), and
+//                activation into y, at y's own pitch (no copy where N is padded). 2: its own epilogue does (templates/epilogue.cuh, fixup), and
 //                the workspace's tile counters are zeroed once a binding, not before each call.
 //   CS_IO_PDL  : the call's kernels overlap launch and prologue with the kernel before them
 //                (programmatic dependent launch); each waits for the writes it reads.
@@ -204,7 +204,8 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 ? size_t(m) * pad_k * sizeof(ElementA) : 0;
   // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
   h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
-  h->y_pad_bytes = pad_n != n && !(io & CS_IO_Y_PADDED) ? size_t(m) * pad_n * sizeof(ElementD) : 0;
+  // Split-K's reduction kernel writes y at its own pitch: no padded copy of y.
+  h->y_pad_bytes = CS_SPLIT_K != 1 && pad_n != n && !(io & CS_IO_Y_PADDED) ? size_t(m) * pad_n * sizeof(ElementD) : 0;
   h->parts_bytes = CS_SPLIT_K == 1 ? size_t(h->splits) * h->km * h->kn * sizeof(ElementD) : 0;
   *out = h;
   return 0;
@@ -321,11 +322,12 @@ int cs_run(cs_layer* h, void* stream) {
   cutlass::Status st = h->gemm.run(s, nullptr, CS_GDC && pdl && h->x_pad_bytes && !h->kernel_ws);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
 #if CS_SPLIT_K == 1
-  // y is contiguous and unpadded here (the space's rule), in the partials' own order.
+  // The partials are [m, pad_n] either way (D^T column-major when swapped is the same bytes);
+  // y's rows are n apart, or pad_n where the caller accepts y padded.
   cudaError_t re = cutsearch_reduce::launch_sum_splits<CS_SPLIT_ACT>(
-      static_cast<ElementA*>(h->y), reinterpret_cast<const float*>(y_pad + round_up(h->y_pad_bytes, 256)),
-      (long long)h->m * h->n, h->n, h->splits, static_cast<const ElementA*>(h->bias), h->hw.sm_count, s,
-      CS_GDC && pdl);
+      static_cast<ElementA*>(h->y), (h->io & CS_IO_Y_PADDED) ? h->pad_n : h->n,
+      reinterpret_cast<const float*>(y_pad + round_up(h->y_pad_bytes, 256)), h->pad_n, h->m, h->n, h->splits,
+      static_cast<const ElementA*>(h->bias), h->hw.sm_count, s, CS_GDC && pdl);
   if (re != cudaSuccess) return fail(h, "launch", cudaGetErrorString(re));
 #endif
   if (h->y_pad_bytes) {

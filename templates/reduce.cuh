@@ -5,14 +5,16 @@
 #include "activation.cuh"
 
 // Split-K reduction (a named namespace: nvcc's host stubs cannot name kernels in an anonymous
-// one). The GEMM wrote `splits` fp32 partials of y, each `total` elements in y's own order (row
-// pitch n), back to back; this sums them in a fixed order (deterministic), adds the bias, applies
-// the activation and writes y. Four elements a thread: 16-byte loads, 8-byte stores (n % 8 == 0).
+// one). The GEMM wrote `splits` fp32 partials of y, each m rows of `pitch` floats (y padded to
+// pitch >= n columns), back to back; this sums them in a fixed order (deterministic), adds the
+// bias, applies the activation and writes y's n columns at its own row pitch.
 namespace cutsearch_reduce {
 
 constexpr int THREADS = 256;
 
-// `wait`: launched with programmatic dependent launch, so wait for the GEMM's writes first.
+// Rows packed (pitch == y_pitch == n, n % 4 == 0): four elements a thread, 16-byte loads and
+// 8-byte stores. `wait`: launched with programmatic dependent launch, so wait for the GEMM's
+// writes first.
 template <class T, int Act>
 __global__ void __launch_bounds__(THREADS)
 sum_splits(T* __restrict__ y, const float* __restrict__ parts, long long total, long long n, int splits,
@@ -36,20 +38,42 @@ sum_splits(T* __restrict__ y, const float* __restrict__ parts, long long total, 
   }
 }
 
+// Any pitches: one element a thread. Split-K serves small outputs, so this is the odd-N case's
+// few thousand elements, not a bandwidth-bound pass.
+template <class T, int Act>
+__global__ void __launch_bounds__(THREADS)
+sum_splits_pitched(T* __restrict__ y, long long y_pitch, const float* __restrict__ parts, long long pitch,
+                   long long m, long long n, int splits, const T* __restrict__ bias, bool wait) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const long long part = m * pitch;
+  for (long long i = blockIdx.x * (long long)THREADS + threadIdx.x; i < m * n; i += (long long)gridDim.x * THREADS) {
+    const long long row = i / n, col = i - row * n;
+    const float* p = parts + row * pitch + col;
+    float acc = p[0];
+    for (int s = 1; s < splits; ++s) acc += p[s * part];
+    y[row * y_pitch + col] = T(cutsearch_act::activate<Act>(bias ? acc + float(bias[col]) : acc));
+  }
+}
+
 template <int Act, class T>
-cudaError_t launch_sum_splits(T* y, const float* parts, long long total, long long n, int splits, const T* bias,
-                              int sm_count, cudaStream_t s, bool pdl) {
+cudaError_t launch_sum_splits(T* y, long long y_pitch, const float* parts, long long pitch, long long m, long long n,
+                              int splits, const T* bias, int sm_count, cudaStream_t s, bool pdl) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  const long long blocks = (total / 4 + THREADS - 1) / THREADS;
+  const bool packed = pitch == n && y_pitch == n && n % 4 == 0;
+  const long long work = packed ? m * n / 4 : m * n;
+  const long long blocks = (work + THREADS - 1) / THREADS;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(blocks < 8LL * sm_count ? blocks : 8LL * sm_count));
   config.blockDim = dim3(THREADS);
   config.stream = s;
   config.attrs = attr;
   config.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&config, sum_splits<T, Act>, y, parts, total, n, splits, bias, pdl);
+  if (packed) return cudaLaunchKernelEx(&config, sum_splits<T, Act>, y, parts, m * n, n, splits, bias, pdl);
+  return cudaLaunchKernelEx(&config, sum_splits_pitched<T, Act>, y, y_pitch, parts, pitch, m, n, splits, bias, pdl);
 }
 
 }  // namespace cutsearch_reduce

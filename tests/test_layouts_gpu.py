@@ -100,6 +100,17 @@ CASES = {
     "split-k-ws-m1": (dataclasses.replace(SMALL_M, m=1, activation="gelu"),
                       Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
                              tile_scheduler="grid", split_k=True)),
+    # Split-K where K or N is padded: x copied to a pitch the slices cut, the reduction kernel
+    # writing y's unaligned rows; one tile in up to 128 slices, the direct orientation, N = 1.
+    "split-k-padded-tiny": (Layer(m=7, n=9, k=40001, dtype="f16", bias=True, activation="gelu"),
+                            Config(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="ws", epilogue_schedule="tma",
+                                   tile_scheduler="grid", swap_ab=True, pad=True, split_k=True)),
+    "split-k-padded-direct": (Layer(m=5, n=13, k=3001, dtype="bf16", bias=False, activation="relu"),
+                              Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="pingpong",
+                                     epilogue_schedule="tma", pad=True, split_k=True)),
+    "split-k-padded-n1": (Layer(m=3, n=1, k=8192, dtype="bf16", bias=True),
+                          Config(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="ws", epilogue_schedule="tma",
+                                 tile_scheduler="grid", swap_ab=True, pad=True, split_k=True)),
     # The non-persistent kernel (a grid of all the tiles): swapped with a cluster, y's unaligned
     # rows stored by nosmem, and M = 1 with x and y copied.
     "ws-swapped-cluster": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
@@ -211,7 +222,22 @@ def test_split_k_on_the_ws_grid_computes_the_layer_in_every_slice_count(built, n
         assert_every_variant_passes(worker, built, name, knobs)
 
 
-def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> None:
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, splits", [("split-k-padded-tiny", [2, 4, 8, 16, 32, 64, 128]),
+                                          ("split-k-padded-direct", [2, 4, 8]), ("split-k-padded-n1", [2, 4, 8, 16, 32])])
+def test_split_k_with_k_or_n_padded_computes_the_layer_in_every_slice_count(built, name, splits):
+    """Every slice count and launch overlap passes the float64 check; so do the best variant with
+    x handed over at the kernel's pitch and with y accepted padded (the reduction kernel's pitch)."""
+    layer, config = CASES[name]
+    knobs = tuple(knob_grid(config, layer))
+    assert sorted({k.splits for k in knobs}) == splits
+    with WorkerProcess(0) as worker:
+        reply = assert_every_variant_passes(worker, built, name, knobs)
+    padded = {"x padded"} if layer.k % 8 else set()
+    assert {io for io, _ in reply.io_variants} == padded | {"kernel only"}, reply.io_variants
+
+
+def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> Measurement:
     layer, config = CASES[name]
     kp = kernel_problem(layer, config)
     request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
@@ -220,6 +246,7 @@ def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> None:
     reply = worker.call(request, timeout_s=300)
     assert isinstance(reply, Measurement), (name, reply)
     assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)
+    return reply
 
 
 @contextlib.contextmanager

@@ -10,7 +10,8 @@ import pytest
 from cutsearch.problem import Layer
 from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, SM_COUNT, TILE_K,
                              TILE_N, Config, Knobs, Space, copies, fitted_tile_n, invalid_reason, kernel_problem,
-                             knob_grid, output_ctas, smem_bytes, split_k_pays)
+                             knob_grid, output_ctas, smem_bytes, split_k_pays,
+                             split_k_pitch)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
 UNALIGNED_K = Layer(m=512, n=1024, k=999)
@@ -216,7 +217,7 @@ def test_split_k_is_searched_on_request_only_where_the_output_tiles_leave_sms_id
     both = (False, True)
     assert Space(DECODE, split_k=both).dimensions()["split_k"] == both
     assert Space(ALIGNED, split_k=both).dimensions()["split_k"] == (False,)  # 4096 x 4096: 1024 128x128 tiles
-    assert Space(ODD, split_k=both).dimensions()["split_k"] == (False,)  # the slices need 16-byte rows
+    assert Space(ODD, split_k=both).dimensions()["split_k"] == (False,)  # 3000 x 1001: over a 128x128 tile an SM
     for io in ({"input": "padded"}, {"output": "transposed"}, {"output": "padded"}):  # x and y as they are
         assert Space(dataclasses.replace(DECODE, **io), split_k=both).dimensions()["split_k"] == (False,)
     split = cfg(tile_m=64, tile_n=16, kernel_schedule="pingpong", swap_ab=True, split_k=True)
@@ -242,7 +243,8 @@ def test_split_k_is_searched_by_default_only_where_one_kernel_would_idle_most_sm
     # Up to 66 tiles, half the SMs, only with a K of 7680 or more.
     assert split_k_pays(Layer(m=32, n=32 * 66, k=7680)) and not split_k_pays(Layer(m=32, n=32 * 66, k=7672))
     assert not split_k_pays(Layer(m=32, n=32 * 67, k=16384))
-    assert Space(dataclasses.replace(narrow, k=16383)).dimensions()["split_k"] == (False,)  # no 16-byte slices
+    # An odd K is padded to a pitch that the slices cut (test_split_k_pads_...).
+    assert Space(dataclasses.replace(narrow, k=16383)).dimensions()["split_k"] == (False, True)
     assert not split_k_pays(Layer(m=64, n=64, k=512))  # a short K: no slice would run long
 
 
@@ -278,6 +280,47 @@ def test_split_k_knobs_cut_k_into_16_byte_slices_of_two_k_tiles_at_least():
     assert all(1536 % (k.splits * 8) == 0 and 1536 // k.splits >= 256 for k in grid)
     assert {k.pdl for k in grid} == {0, 1}  # the reduction is a second kernel to overlap
     assert all(k.decomposition == 0 for k in grid)
+
+
+def test_split_k_pads_an_unaligned_k_to_a_pitch_that_many_slice_counts_cut():
+    # 7x9x100001: one output tile, so a single kernel would stream all of K through one SM.
+    tiny = Layer(m=7, n=9, k=100001)
+    assert split_k_pays(tiny) and Space(tiny).dimensions()["split_k"] == (False, True)
+    ws = cfg(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="ws", tile_scheduler="grid", swap_ab=True, pad=True,
+             split_k=True)
+    assert invalid_reason(tiny, ws) is None
+    kp = kernel_problem(tiny, ws)
+    # x is copied either way; for split-K to a multiple of 128 vectors (1024 halves), 351 zeros.
+    assert (kp.pad_k, kp.pad_n) == (100352, 16) and kernel_problem(tiny, dataclasses.replace(ws, split_k=False)).pad_k == 100008
+    grid = knob_grid(ws, tiny)
+    # One tile: up to 128 slices fit one wave of CTAs; each a 16-byte multiple of two k-tiles or more.
+    assert sorted({k.splits for k in grid}) == [2, 4, 8, 16, 32, 64, 128]
+    assert all(kp.pad_k % (k.splits * 8) == 0 and kp.pad_k // k.splits >= 256 for k in grid)
+    assert {k.pdl for k in grid} == {0, 1}  # the copy of x, the GEMM and the reduction overlap
+    # The fixup epilogue stores y itself, at the kernel's pitch: not where N is padded.
+    fixup = dataclasses.replace(ws, epilogue_schedule="fixup")
+    assert "fixup epilogue needs K and N in 16-byte rows" in invalid_reason(tiny, fixup)
+    # An aligned K keeps its pitch: padding it would add a copy of x to every call.
+    aligned_k = dataclasses.replace(tiny, k=100000)
+    assert kernel_problem(aligned_k, ws).pad_k == 100000
+
+
+def test_split_k_pitch_costs_at_most_a_32nd_of_k_in_zeros():
+    for vec in (8,):
+        for k in range(1024, 70000, 37):
+            pitch = split_k_pitch(k, vec)
+            assert k <= pitch <= k + k // 32 and pitch % (2 * vec) == 0, k
+    assert split_k_pitch(1025, 8) == 1056  # 4 slices of 16 bytes: 31 zeros, where 1/32 of K is 32
+    assert split_k_pitch(16383, 8) == 16384
+
+
+def test_more_than_16_slices_only_where_they_all_run_in_one_wave():
+    narrow = Layer(m=32, n=512, k=16384, bias=True)
+    split = cfg(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="pingpong", swap_ab=True, split_k=True)
+    assert output_ctas(kernel_problem(narrow, split), split) == 16
+    assert sorted({k.splits for k in knob_grid(split, narrow)}) == [2, 4, 8, 16]  # 16 x 32 > 132 CTAs
+    single = dataclasses.replace(narrow, n=64)  # 2 tiles: 64 slices fit
+    assert sorted({k.splits for k in knob_grid(split, single)}) == [2, 4, 8, 16, 32, 64]
 
 
 def test_unpadded_odd_layer_keeps_its_extents_and_loses_alignment():

@@ -150,7 +150,7 @@ def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowView
         if splits > 1:
             terms.append(STREAMK_SPLIT_US * (splits - 1))
     if reduces:
-        terms.append(coeff.copy_overhead_us)  # the reduction kernel
+        terms.append(coeff.copy_overhead_us + REDUCE_SPLIT_US * splits)  # the reduction kernel
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.
         terms.append(VIEWS_UNHIDDEN * (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6)
@@ -183,6 +183,12 @@ DIRECT_STORE_SAVING = 0.4
 # Spearman on the five exhaustive recordings went from 0.867 to 0.886 (decode 0.67 to 0.70) and
 # on the 21 calibration studies from 0.630 to 0.636 (0.656 to 0.665 with CALIBRATED).
 STREAMK_SPLIT_US = 1.0
+
+# Each slice the reduction kernel sums: one more load from L2 in every element's chain. On the
+# H200, 7x9x100001 and 1x1x8192 on the ws grid took 4-11 µs longer in 128 slices than in 64, where
+# the model without it said 0.3-3 µs shorter (studies/recorded/h200-2026-12-03-tiny-out/split-k-padded/,
+# studies/scripts/model_reduce_splits.py).
+REDUCE_SPLIT_US = 0.15
 
 # One wave of a CTA a tile, without the persistent scheduler: the median of 12 measured pairs of
 # H200 twins of decode and small_batch (0.22-0.69 µs, studies/recorded/h200x2-2026-12-01-ws/).

@@ -185,8 +185,8 @@ DIRECT_STORE_SAVING = 0.4
 STREAMK_SPLIT_US = 1.0
 
 # Each slice the reduction kernel sums: one more load from L2 in every element's chain. On the
-# H200, 7x9x100001 and 1x1x8192 on the ws grid took 4-11 µs longer in 128 slices than in 64, where
-# the model without it said 0.3-3 µs shorter (studies/recorded/h200-2026-12-03-tiny-out/split-k-padded/,
+# H200, 7x9x100001 and 1x1x8192 on the ws grid took 7-11 µs longer in 128 slices than in 64, where
+# the model without it said 0.3-3.4 µs shorter (studies/recorded/h200-2026-12-03-tiny-out/split-k-padded/,
 # studies/scripts/model_reduce_splits.py).
 REDUCE_SPLIT_US = 0.15
 

@@ -9,8 +9,9 @@
 // A transposed output (y^T, N x M) is a property of the kernel's D layout, not of this file.
 //   CS_SPLIT_K : K in `splits` slices on the kernel's batch dimension. 1: the kernel writes fp32
 //                partials into the workspace, and a second kernel sums them with the bias and
-//                activation into y, at y's own pitch (no copy where N is padded). 2: its own epilogue does (templates/epilogue.cuh, fixup), and
-//                the workspace's tile counters are zeroed once a binding, not before each call.
+//                activation into y, at y's own pitch (no copy where N is padded). 2: its own
+//                epilogue does (templates/epilogue.cuh, fixup), and the workspace's tile
+//                counters are zeroed once a binding, not before each call.
 //   CS_IO_PDL  : the call's kernels overlap launch and prologue with the kernel before them
 //                (programmatic dependent launch); each waits for the writes it reads.
 //   CS_IO_X_VIEWS : instead of copying x (pad_k > K), read it in place as P row views, a batch

@@ -38,8 +38,7 @@ sum_splits(T* __restrict__ y, const float* __restrict__ parts, long long total, 
   }
 }
 
-// Any pitches: one element a thread. Split-K serves small outputs, so this is the odd-N case's
-// few thousand elements, not a bandwidth-bound pass.
+// Any pitches (y's rows unaligned, or the partials padded past n): one element a thread.
 template <class T, int Act>
 __global__ void __launch_bounds__(THREADS)
 sum_splits_pitched(T* __restrict__ y, long long y_pitch, const float* __restrict__ parts, long long pitch,

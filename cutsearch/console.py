@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from cutsearch.problem import Layer
+from cutsearch.space import Config, kernel_problem
 
 if TYPE_CHECKING:  # report imports optuna: only `show` needs it, so it is imported there
     from cutsearch.report import Digest
@@ -82,6 +86,17 @@ class ProgressView:
         self.progress.update(self.task, status=self._status())
 
 
+def _split_k_x_pitch(s: dict[str, Any]) -> int | None:
+    """The best kernel's row pitch of x where split-K padded K past the pitch that `--input
+    padded` gives x: its padded figures then hold for x at that pitch only."""
+    best = s.get("best") or {}
+    if not best.get("io_variants_us") or not best["config"].get("split_k"):
+        return None
+    layer = Layer.from_dict(s["layer"])
+    pad_k = kernel_problem(layer, Config.from_dict(best["config"])).pad_k
+    return pad_k if pad_k != dataclasses.replace(layer, input="padded").x_pitch else None
+
+
 def _us(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f} µs"
 
@@ -106,9 +121,11 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
     if s.get("ships"):
         table.add_row("the export ships", s["ships"])
     # The same kernel with the caller's buffers already padded: what the per-call copies cost.
+    pitch = _split_k_x_pitch(s)
     for name, us in ((s.get("best") or {}).get("io_variants_us") or {}).items():
         table.add_row(f"  with {name}" if name != "kernel only" else "  with x and y padded",
-                      _us(us) + (f" ({s['cublas_us'] / us:.2f}x)" if s.get("cublas_us") else ""))
+                      _us(us) + (f" ({s['cublas_us'] / us:.2f}x)" if s.get("cublas_us") else "")
+                      + (f"; x at split-K's pitch of {pitch}, not --input padded's" if pitch else ""))
     table.add_row("roofline floor", f"{s['floor_us']:.1f} µs"
                   + ("" if not s["fraction_of_floor"] else f" ({100 * s['fraction_of_floor']:.0f}% reached)"))
     if s.get("floor_with_launch_us"):

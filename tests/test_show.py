@@ -115,21 +115,28 @@ def test_the_show_command_prints_the_study(tmp_path):
     assert "best kernel" in result.output and "70.9 µs" in result.output
 
 
-def test_summary_reports_the_figures_with_padded_buffers_beside_the_plain_one():
-    """A padded winner is also timed with the caller's buffers padded: both figures are shown."""
+def padded_winner(layer: str, best_us: float, cublas_us: float, best: dict) -> str:
+    """The console summary of a study whose winner was also timed with the caller's buffers padded.
+    `layer` is "MxNxK", f16 with no activation."""
     from cutsearch.console import print_summary
 
-    summary = {"study": "s", "layer": {"M": 3000, "N": 1001, "K": 999, "dtype": "f16", "bias": True,
-                                       "activation": "none"},
-               "best_us": 40.0, "cublas_us": 80.0, "speedup": 2.0, "floor_us": 7.6, "fraction_of_floor": 0.19,
-               "trials": 1, "new_trials": 1, "new_compiles": 1, "failures": {}, "wall_s": 1.0, "cublas_wins": False,
-               "best": {"config": {"tile_m": 128, "tile_n": 64, "tile_k": 128, "cluster_m": 1, "cluster_n": 2,
-                                   "kernel_schedule": "pingpong", "epilogue_schedule": "tma", "stages": 0,
-                                   "tile_scheduler": "persistent", "swap_ab": True, "pad": True},
-                        "knobs": {"raster": 1, "swizzle": 8}, "io_variants_us": {"x padded": 32.0, "kernel only": 20.0}}}
+    m, n, k = (int(v) for v in layer.split("x"))
+    summary = {"study": "s", "layer": {"M": m, "N": n, "K": k, "dtype": "f16", "bias": False, "activation": "none"},
+               "best_us": best_us, "cublas_us": cublas_us, "speedup": cublas_us / best_us, "floor_us": 1.0,
+               "fraction_of_floor": 0.1, "trials": 1, "new_trials": 1, "new_compiles": 1, "failures": {},
+               "wall_s": 1.0, "cublas_wins": best_us > cublas_us, "best": best}
     buffer = io.StringIO()
-    print_summary(Console(file=buffer, width=120), summary)
-    text = buffer.getvalue()
+    print_summary(Console(file=buffer, width=160), summary)
+    return buffer.getvalue()
+
+
+def test_summary_reports_the_figures_with_padded_buffers_beside_the_plain_one():
+    """A padded winner is also timed with the caller's buffers padded: both figures are shown."""
+    text = padded_winner("3000x1001x999", 40.0, 80.0, {
+        "config": {"tile_m": 128, "tile_n": 64, "tile_k": 128, "cluster_m": 1, "cluster_n": 2,
+                   "kernel_schedule": "pingpong", "epilogue_schedule": "tma", "stages": 0,
+                   "tile_scheduler": "persistent", "swap_ab": True, "pad": True},
+        "knobs": {"raster": 1, "swizzle": 8}, "io_variants_us": {"x padded": 32.0, "kernel only": 20.0}})
     assert "with x padded" in text and "32.0 µs (2.50x)" in text
     assert "with x and y padded" in text and "20.0 µs (4.00x)" in text
     assert "pitch" not in text  # x padded as `--input padded` pads it
@@ -139,19 +146,11 @@ def test_split_k_padded_figures_name_the_pitch_x_must_have():
     """Split-K pads an odd K further than `--input padded` does (100352 against 100008 here), so
     its figures with x handed over padded hold for x at its own pitch only, and say so. Figures
     as recorded on the H200 (studies/recorded/h200-2026-12-03-tiny-out/split-k-padded/)."""
-    from cutsearch.console import print_summary
-
-    summary = {"study": "s", "layer": {"M": 7, "N": 9, "K": 100001, "dtype": "f16", "bias": False,
-                                       "activation": "none"},
-               "best_us": 19.0, "cublas_us": 18.1, "speedup": 0.95, "floor_us": 0.7, "fraction_of_floor": 0.04,
-               "trials": 1, "new_trials": 1, "new_compiles": 1, "failures": {}, "wall_s": 1.0, "cublas_wins": True,
-               "best": {"config": {"tile_m": 64, "tile_n": 16, "tile_k": 128, "cluster_m": 1, "cluster_n": 1,
-                                   "kernel_schedule": "ws", "epilogue_schedule": "tma", "stages": 0,
-                                   "tile_scheduler": "grid", "swap_ab": True, "pad": True, "split_k": True},
-                        "knobs": {"splits": 32, "pdl": 1}, "io_variants_us": {"x padded": 16.6, "kernel only": 16.4}}}
-    buffer = io.StringIO()
-    print_summary(Console(file=buffer, width=160), summary)
-    text = buffer.getvalue()
+    text = padded_winner("7x9x100001", 19.0, 18.1, {
+        "config": {"tile_m": 64, "tile_n": 16, "tile_k": 128, "cluster_m": 1, "cluster_n": 1,
+                   "kernel_schedule": "ws", "epilogue_schedule": "tma", "stages": 0,
+                   "tile_scheduler": "grid", "swap_ab": True, "pad": True, "split_k": True},
+        "knobs": {"splits": 32, "pdl": 1}, "io_variants_us": {"x padded": 16.6, "kernel only": 16.4}})
     assert "16.6 µs (1.09x); x at split-K's pitch of 100352, not --input padded's" in text
     assert "16.4 µs (1.10x); x at split-K's pitch of 100352" in text
 

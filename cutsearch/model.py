@@ -150,7 +150,7 @@ def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowView
         if splits > 1:
             terms.append(STREAMK_SPLIT_US * (splits - 1))
     if reduces:
-        terms.append(coeff.copy_overhead_us + REDUCE_SPLIT_US * splits)  # the reduction kernel
+        terms.append(coeff.copy_overhead_us + REDUCE_ROUND_US * reduce_rounds(layer.m, layer.n, splits))
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.
         terms.append(VIEWS_UNHIDDEN * (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6)
@@ -184,11 +184,32 @@ DIRECT_STORE_SAVING = 0.4
 # on the 21 calibration studies from 0.630 to 0.636 (0.656 to 0.665 with CALIBRATED).
 STREAMK_SPLIT_US = 1.0
 
-# Each slice the reduction kernel sums: one more load from L2 in every element's chain. On the
-# H200, 7x9x100001 and 1x1x8192 on the ws grid took 7-11 µs longer in 128 slices than in 64, where
-# the model without it said 0.3-3.4 µs shorter (studies/recorded/h200-2026-12-03-tiny-out/split-k-padded/,
-# studies/scripts/model_reduce_splits.py).
-REDUCE_SPLIT_US = 0.15
+# Each round of loads in one element's chain in the reduction kernel (templates/reduce.cuh: a
+# lane's share of the slices, REDUCE_BATCH loads in flight at a time): about one L2 round trip.
+# When the kernel summed an element's slices one after another, a round a slice, 0.15 µs fitted
+# the H200's 7x9x100001 and 1x1x8192 in 2-128 slices (studies/recorded/h200-2026-12-03-tiny-out/
+# split-k-padded/). Since, those layers and six more tiny outputs take one round in any slice
+# count, and the model picks a slice count within 2% of each config's fastest with any term from
+# 0 to 1 µs (.../tiny-out/lanes/, .../h200-2026-12-03-heads/; studies/scripts/model_reduce_splits.py).
+# Outputs too large for lanes have not been measured past 8 slices (two rounds).
+REDUCE_ROUND_US = 0.15
+REDUCE_BATCH = 8  # reduce.cuh's BATCH
+REDUCE_LANE_THREADS = 1 << 15  # reduce.cuh's LANE_THREADS
+
+
+def reduce_lanes(m: int, n: int, splits: int) -> int:
+    """The lanes that share one element's slices in the reduction kernel (reduce.cuh's
+    lanes_for): a power of two up to a warp, at most the slices, REDUCE_LANE_THREADS in all."""
+    lanes = 1
+    while lanes < 32 and lanes * 2 <= splits and m * n * lanes * 2 <= REDUCE_LANE_THREADS:
+        lanes *= 2
+    return lanes
+
+
+def reduce_rounds(m: int, n: int, splits: int) -> int:
+    """Rounds of loads in one element's chain: its lane's share of the slices, REDUCE_BATCH at a
+    time."""
+    return math.ceil(math.ceil(splits / reduce_lanes(m, n, splits)) / REDUCE_BATCH)
 
 # One wave of a CTA a tile, without the persistent scheduler: the median of 12 measured pairs of
 # H200 twins of decode and small_batch (0.22-0.69 µs, studies/recorded/h200x2-2026-12-01-ws/).

@@ -1,7 +1,7 @@
 """Does the cost model pick the slice count of a split-K kernel with a reduction kernel? On
 recorded H200 measurements only: for each such config, the model's predictions over the slice
 counts measured on it (each without launch overlap) against the measured times, with the model's
-per-slice term of the reduction (model.REDUCE_SPLIT_US) and without it.
+term for the reduction kernel's rounds of loads (model.REDUCE_ROUND_US) and without it.
 
     python studies/scripts/model_reduce_splits.py
 """
@@ -22,8 +22,10 @@ RECORDINGS = [
     "h200-2026-11-30-split-k/model-top24-decode-f16.json",
     "h200x2-2026-12-01-fixup/split-k-narrow_long_k.json",
     "h200x2-2026-12-01-fixup/unseen/narrow_long_k.json",
-    "h200-2026-12-03-tiny-out/split-k-padded/tiny_long.json",
-    "h200-2026-12-03-tiny-out/split-k-padded/dot.json",
+    # Of the kernel that spreads a tiny output's slices over a warp's lanes (the recordings of
+    # split-k-padded/ measured the kernel before it, which summed them one after another).
+    *(f"h200-2026-12-03-tiny-out/lanes/{name}.json" for name in ("tiny_long", "dot", "cls_head", "value_head")),
+    *(f"h200-2026-12-03-heads/head{i}.json" for i in range(4)),
 ]
 
 
@@ -40,9 +42,9 @@ def configs(path: Path):
 
 
 def main() -> None:
-    kept = model.REDUCE_SPLIT_US
-    for label, term in (("with the per-slice term", kept), ("without it", 0.0)):
-        model.REDUCE_SPLIT_US = term
+    kept = model.REDUCE_ROUND_US
+    for label, term in (("with the rounds term", kept), ("without it", 0.0)):
+        model.REDUCE_ROUND_US = term
         for name in RECORDINGS:
             rhos, picked = [], []
             for layer, config, timed in configs(ROOT / "studies" / "recorded" / name):
@@ -54,7 +56,7 @@ def main() -> None:
             if rhos:
                 print(f"{label:<24} {name:<58} configs {len(rhos):>2}  Spearman {statistics.median(rhos):.2f}  "
                       f"pick/best {statistics.median(picked):.2f} (worst {max(picked):.2f})")
-    model.REDUCE_SPLIT_US = kept
+    model.REDUCE_ROUND_US = kept
 
 
 if __name__ == "__main__":

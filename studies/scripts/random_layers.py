@@ -4,6 +4,7 @@ round over them shows how cutsearch does on shapes nobody picked.
 
   python3 studies/scripts/random_layers.py --seed SEED --count N > studies/unseen-random.toml
   python3 studies/scripts/random_layers.py --widths models --seed SEED --count N > ...
+  python3 studies/scripts/random_layers.py --widths heads --seed SEED --count N > ...
 
 The distribution (`--widths drawn`, the default):
 - M log-uniform over [1, 8192] (decode steps up to large batches);
@@ -15,6 +16,10 @@ The distribution (`--widths drawn`, the default):
 
 With `--widths models`, N is drawn uniformly from the published model widths and vocabulary
 sizes below, and K from the widths alone (a vocabulary is an output); the rest is as above.
+
+With `--widths heads`, a tiny output over a long K (a classifier, value or probe head): M
+log-uniform over [1, 512], N over [1, 64] and K over [1024, 131072], K rounded to a multiple of 64
+with probability 1/2; the rest is as above.
 """
 
 from __future__ import annotations
@@ -43,7 +48,11 @@ def _width(rng: random.Random) -> int:
 def draw(rng: random.Random, widths: str = "drawn") -> dict:
     while True:
         m = _log_uniform(rng, 1, 8192)  # first, so that earlier seeds draw what they drew
-        if widths == "models":
+        if widths == "heads":
+            m, n = _log_uniform(rng, 1, 512), _log_uniform(rng, 1, 64)
+            k = _log_uniform(rng, 1024, 131072)
+            k = round(k / 64) * 64 if rng.random() < 0.5 else k
+        elif widths == "models":
             n, k = rng.choice(MODEL_WIDTHS + VOCABULARIES), rng.choice(MODEL_WIDTHS)
         else:
             n, k = _width(rng), _width(rng)
@@ -58,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--count", type=int, default=6)
-    parser.add_argument("--widths", choices=("drawn", "models"), default="drawn")
+    parser.add_argument("--widths", choices=("drawn", "models", "heads"), default="drawn")
     parser.add_argument("--prefix", default="random")
     args = parser.parse_args()
     rng = random.Random(args.seed)

@@ -188,9 +188,9 @@ STREAMK_SPLIT_US = 1.0
 # lane's share of the slices, REDUCE_BATCH loads in flight at a time): about one L2 round trip.
 # When the kernel summed an element's slices one after another, a round a slice, 0.15 µs fitted
 # the H200's 7x9x100001 and 1x1x8192 in 2-128 slices (studies/recorded/h200-2026-12-03-tiny-out/
-# split-k-padded/). Since, those layers and six more tiny outputs take one round in any slice
-# count, and the model picks a slice count within 2% of each config's fastest with any term from
-# 0 to 1 µs (.../tiny-out/lanes/, .../h200-2026-12-03-heads/; studies/scripts/model_reduce_splits.py).
+# split-k-padded/). Since, those layers and nine more tiny outputs take one round in any slice
+# count, and the model picks a slice count a median within 3% of each config's fastest with any
+# term from 0 to 1 µs (.../tiny-out/lanes/, .../h200-2026-12-03-heads/; studies/scripts/model_reduce_splits.py).
 # Outputs too large for lanes have not been measured past 8 slices (two rounds).
 REDUCE_ROUND_US = 0.15
 REDUCE_BATCH = 8  # reduce.cuh's BATCH

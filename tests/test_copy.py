@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cutsearch import codegen
-from cutsearch.cache import Cache
-from cutsearch.compiler import CompiledKernel, Compiler, PtxasReport, Toolchain
+from cutsearch.compiler import CompiledKernel, PtxasReport
+from tests.harness import build_harness
 
 HARNESS = Path(__file__).parent / "copy" / "copy_harness.cu"
 
@@ -28,11 +27,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> CompiledKernel:
-    text = HARNESS.read_text().replace("${copy_kernels}", codegen.copy_kernels())
-    source = codegen.KernelSource(operation_name="copy_harness", code=text, cutlass_version="none")
-    built = Compiler(Cache(tmp_path_factory.mktemp("kernels")), Toolchain.find("none")).compile(source)
-    assert isinstance(built, CompiledKernel), built
-    return built
+    return build_harness(HARNESS, tmp_path_factory.mktemp("kernels"))
 
 
 @pytest.mark.nvcc

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutsearch import codegen, model
-from cutsearch.cache import Cache
-from cutsearch.compiler import CompiledKernel, Compiler, PtxasReport, Toolchain
+from cutsearch import model
+from cutsearch.compiler import CompiledKernel, PtxasReport
+from tests.harness import build_harness
 
 HARNESS = Path(__file__).parent / "reduce" / "reduce_harness.cu"
 
@@ -30,11 +30,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> CompiledKernel:
-    text = HARNESS.read_text().replace("${copy_kernels}", codegen.copy_kernels())
-    source = codegen.KernelSource(operation_name="reduce_harness", code=text, cutlass_version="none")
-    built = Compiler(Cache(tmp_path_factory.mktemp("kernels")), Toolchain.find("none")).compile(source)
-    assert isinstance(built, CompiledKernel), built
-    return built
+    return build_harness(HARNESS, tmp_path_factory.mktemp("kernels"))
 
 
 def lanes_of(harness):

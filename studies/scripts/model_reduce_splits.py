@@ -25,7 +25,7 @@ RECORDINGS = [
     # Of the kernel that spreads a tiny output's slices over a warp's lanes (the recordings of
     # split-k-padded/ measured the kernel before it, which summed them one after another).
     *(f"h200-2026-12-03-tiny-out/lanes/{name}.json" for name in ("tiny_long", "dot", "cls_head", "value_head")),
-    *(f"h200-2026-12-03-heads/head{i}.json" for i in range(4)),
+    *(f"h200-2026-12-03-heads/{name}.json" for name in ("head0", "head1", "head2", "head3", "headb0", "headb1", "headb2")),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 from pathlib import Path
 
 ABI_VERSION = 3
@@ -12,11 +13,15 @@ IO_X_PADDED = 1
 IO_Y_PADDED = 2
 IO_PDL = 4  # programmatic dependent launch between the call's copies and its GEMM
 IO_X_VIEWS = 8  # unaligned x read in place through row views instead of copied (space.RowViews)
+IO_W_PREFETCH = 16  # with IO_PDL, W pulled into L2 while the GEMM waits for the copy of x
 
 
-def io_flags(x_padded: bool, y_padded: bool, pdl: bool = False, views: bool = False) -> int:
-    return ((IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0) | (IO_PDL if pdl else 0)
-            | (IO_X_VIEWS if views else 0))
+def io_flags(x_padded: bool, y_padded: bool, knobs: Mapping[str, int] | None = None) -> int:
+    """The flags of a layer's layouts and of a config's run-time knobs (`Knobs.to_dict()`)."""
+    knobs = knobs or {}
+    return ((IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0)
+            | (IO_PDL if knobs.get("pdl") else 0) | (IO_X_VIEWS if knobs.get("views") else 0)
+            | (IO_W_PREFETCH if knobs.get("prefetch") else 0))
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:

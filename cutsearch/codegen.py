@@ -218,9 +218,12 @@ def render(layer: Layer, config: Config) -> KernelSource:
         raise CodegenError(str(exc).strip() or type(exc).__name__) from None
     # CUTLASS 4.2's stream-K scheduler does not compile with grid-dependency control.
     gdc = config.tile_scheduler != "streamk"
+    if gdc:
+        kernel = _prefetching_mainloop(kernel, config)
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
                            own_epilogues=own_epilogues() if config.epilogue_schedule in OWN_EPILOGUES else "",
+                           own_mainloop=own_mainloop() if gdc else "", prefetch_w=int(gdc),
                            swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
@@ -317,16 +320,30 @@ def _replace_nosmem_epilogue(kernel: str, name: str, layer: Layer, config: Confi
            "direct": f"cutsearch_direct::DirectEpilogue<CollectiveEpilogueNoSmem, {act}>",
            "fixup": f"cutsearch_fixup::FixupEpilogue<CollectiveEpilogueNoSmem, {act}, {config.tile_m}, {config.tile_n}>",
            }[config.epilogue_schedule]
-    pattern = re.compile(r"using CollectiveEpilogue =(.*?NoSmemWarpSpecialized\s*>::CollectiveOp;)", re.S)
-    replaced = (r"using CollectiveEpilogueNoSmem =\1\n"
-                "using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<\n"
-                f"    {own}>;")
-    patched, count = pattern.subn(replaced, kernel, count=1)
-    if count != 1:
-        raise CodegenError("unexpected nosmem epilogue in the emitted kernel")
+    patched = _wrap_collective(kernel, "CollectiveEpilogue", r"NoSmemWarpSpecialized\s*", "CollectiveEpilogueNoSmem",
+                               f"cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<\n    {own}>",
+                               "nosmem epilogue")
     tag = f"epi_{config.epilogue_schedule}"
     own_name = name.replace("epi_nosmem", tag) if "epi_nosmem" in name else f"{name}_{config.epilogue_schedule}"
     return patched.replace(name, own_name), own_name
+
+
+def _prefetching_mainloop(kernel: str, config: Config) -> str:
+    """Wrap the emitted mainloop so that W is prefetched into L2 while the kernel waits for the
+    call's copy of x (templates/mainloop.cuh)."""
+    return _wrap_collective(kernel, "CollectiveMainloop", "", "CollectiveMainloopBase",
+                            f"cutsearch_prefetch::PrefetchWeights<CollectiveMainloopBase, {str(config.swap_ab).lower()}>",
+                            "mainloop")
+
+
+def _wrap_collective(kernel: str, name: str, tail: str, base: str, wrapper: str, what: str) -> str:
+    """Rename the emitted collective `name` (its builder's arguments ending in `tail`) to `base`,
+    and define `name` as `wrapper` around it."""
+    pattern = re.compile(rf"using {name} =(.*?{tail}>::CollectiveOp;)", re.S)
+    patched, count = pattern.subn(lambda m: f"using {base} ={m.group(1)}\nusing {name} = {wrapper};", kernel, count=1)
+    if count != 1:
+        raise CodegenError(f"unexpected {what} in the emitted kernel")
+    return patched
 
 
 # The activation ids of the rendered C++ (the split-K reduction and the cuBLAS fallback).
@@ -361,6 +378,12 @@ def own_epilogues() -> str:
     """Our own epilogues (they need CUTLASS's headers, which the copies do not)."""
     text = (TEMPLATES / "epilogue.cuh").read_text()
     return text[text.index("// Staged epilogue"):]
+
+
+def own_mainloop() -> str:
+    """templates/mainloop.cuh, inlined (it needs CUTLASS's headers)."""
+    text = (TEMPLATES / "mainloop.cuh").read_text()
+    return text[text.index("// Weights prefetched"):]
 
 
 def render_template(name: str, **values: object) -> str:

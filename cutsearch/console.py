@@ -171,6 +171,8 @@ def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
         line += f", splits {knobs['splits']}"
     if knobs.get("pdl"):
         line += ", overlapped launches"
+    if knobs.get("prefetch"):
+        line += ", W prefetched during the copy"
     return line
 
 

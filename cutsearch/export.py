@@ -116,8 +116,7 @@ def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: di
         pad_n=pad_n, pad_k=pad_k, raster=knobs.get("raster", 0), swizzle=knobs.get("swizzle", 1),
         splits=knobs.get("splits", 1), decomposition=knobs.get("decomposition", 0),
         reduction=knobs.get("reduction", 0),
-        io=io_flags(layer.input == "padded", layer.output == "padded", bool(knobs.get("pdl", 0)),
-                    bool(knobs.get("views", 0))),
+        io=io_flags(layer.input == "padded", layer.output == "padded", knobs),
         x_pitch=layer.x_pitch, y_rows=layer.y_shape[0], y_pitch=layer.y_shape[1],
         transposed=int(layer.output == "transposed"))
 

@@ -218,8 +218,7 @@ class FcLayer:
             if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
                                    kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
                                    kn.get("decomposition", 0), kn.get("reduction", 0),
-                                   io_flags(self._x_padded, self._y_layout == "padded",
-                                            bool(kn.get("pdl", 0)), bool(kn.get("views", 0)))):
+                                   io_flags(self._x_padded, self._y_layout == "padded", kn)):
                 raise RuntimeError("cutsearch: cs_create failed")
             self._workspace[m] = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
             found = self._handles[m] = (handle, _Tensor(self._workspace[m]).ptr)

@@ -113,10 +113,11 @@ class Knobs:
     reduction: int = 0      # 0 deterministic, 1 nondeterministic (split-K partials in any order)
     pdl: int = 0            # 1: the call's copies and GEMM overlap (programmatic dependent launch)
     views: int = 0          # 1: the GEMM reads unaligned x in place through row views (see RowViews)
+    prefetch: int = 0       # 1: with pdl, the GEMM pulls W into L2 while it waits for the x copy
 
     def to_dict(self) -> dict[str, int]:
         d = dataclasses.asdict(self)
-        for name in ("pdl", "views"):
+        for name in ("pdl", "views", "prefetch"):
             if not d[name]:
                 del d[name]  # as recordings and exports made before the knob have it
         return d
@@ -397,13 +398,21 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
     # kernel, and the GEMM.
     reduces = config.split_k and config.epilogue_schedule != "fixup"
     grid += [dataclasses.replace(k, pdl=1) for k in grid if copies(layer, kp, k) or reduces]
+    # The GEMM waits for the copy of x only where it is launched early, and only kernels without a
+    # workspace of their own are (stream-K's and the fixup's counters are reset in between).
+    waits = config.tile_scheduler != "streamk" and config.epilogue_schedule != "fixup"
+    grid += [dataclasses.replace(k, prefetch=1) for k in grid if k.pdl and waits and copies_x(layer, kp, k)]
     return grid
+
+
+def copies_x(layer: Layer, kp: KernelProblem, knobs: Knobs | None = None) -> bool:
+    """Whether a call copies x into a padded buffer before the GEMM."""
+    return kp.pad_k != layer.k and layer.input != "padded" and not (knobs and knobs.views)
 
 
 def copies(layer: Layer, kp: KernelProblem, knobs: Knobs | None = None) -> bool:
     """Whether a call copies x into a padded buffer or y out of one, beside the GEMM."""
-    copies_x = kp.pad_k != layer.k and layer.input != "padded" and not (knobs and knobs.views)
-    return copies_x or (kp.pad_n != layer.n and layer.output == "contiguous")
+    return copies_x(layer, kp, knobs) or (kp.pad_n != layer.n and layer.output == "contiguous")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,8 @@
 //                of M / P rows each, against P shifted copies of W that the first call after
 //                binding builds in the workspace (cutsearch.space.RowViews). Ignored where x
 //                comes padded or P does not divide M: x is then copied.
+//   CS_IO_W_PREFETCH : with CS_IO_PDL and a copy of x, the GEMM asks L2 for W while it waits
+//                for the copy (templates/mainloop.cuh).
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
 
 // Before any include, for CUTLASS's SM90 kernels to wait for the kernel before them only where
@@ -45,6 +47,8 @@ ${copy_kernels}
 
 ${own_epilogues}
 
+${own_mainloop}
+
 // ==== one kernel ====
 // Everything below belongs to one kernel, in a namespace named by its content, so that several
 // kernels can share one translation unit (their headers parsed once) and still compile to the
@@ -56,6 +60,7 @@ namespace ${namespace} {
 #define CS_HAS_ACT ${has_act}
 #define CS_BIAS_AS_C ${bias_as_c}
 #define CS_GDC ${gdc}
+#define CS_PREFETCH_W ${prefetch_w}
 #define CS_SPLIT_K ${split_k}
 #define CS_SPLIT_ACT ${split_act}
 #define CS_Y_TRANSPOSED ${y_transposed}
@@ -121,7 +126,7 @@ void set_batch_stride(S& s, int64_t v) {
 
 using namespace cutsearch_impl;
 
-enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4, CS_IO_X_VIEWS = 8 };
+enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4, CS_IO_X_VIEWS = 8, CS_IO_W_PREFETCH = 16 };
 
 struct cs_layer {
   int m, n, k, pad_n, pad_k, io;
@@ -255,6 +260,10 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
       {{}, nullptr, dD, static_cast<ElementD*>(y_eff), dD},
       h->hw,
       h->scheduler};
+#if CS_PREFETCH_W
+  // Only where the GEMM is launched early and waits for the copy of x (cs_run).
+  args.mainloop.prefetch_w = (h->io & CS_IO_W_PREFETCH) && (h->io & CS_IO_PDL) && h->x_pad_bytes && !h->kernel_ws;
+#endif
 #if CS_HAS_BIAS && CS_HAS_ACT
   args.epilogue.thread = {{{}, {static_cast<ElementD const*>(bias)}, {}}, {}};
 #elif CS_HAS_BIAS
@@ -353,6 +362,7 @@ void cs_destroy(cs_layer* h) { delete h; }
 #undef CS_HAS_ACT
 #undef CS_BIAS_AS_C
 #undef CS_GDC
+#undef CS_PREFETCH_W
 #undef CS_SPLIT_K
 #undef CS_SPLIT_ACT
 #undef CS_Y_TRANSPOSED

@@ -293,6 +293,18 @@ def test_stream_k_kernels_are_built_without_grid_dependency_control():
     assert unit_group(persistent) == unit_group(_render(LAYER, coop(swap_ab=True)))
 
 
+
+@pytest.mark.parametrize("swap_ab", [False, True])
+def test_kernels_launched_early_prefetch_w_which_is_a_only_when_swapped(swap_ab):
+    kernel = _render(LAYER, coop(swap_ab=swap_ab))
+    assert (f"using CollectiveMainloop = cutsearch_prefetch::PrefetchWeights<CollectiveMainloopBase, "
+            f"{str(swap_ab).lower()}>;") in kernel.code
+    assert "struct PrefetchWeights" in kernel.code and macro(kernel, "CS_PREFETCH_W") == 1
+    # Stream-K kernels never wait for the copy: their mainloop is CUTLASS's own.
+    streamk = _render(LAYER, coop(tile_scheduler="streamk", swap_ab=swap_ab))
+    assert "PrefetchWeights" not in streamk.code and macro(streamk, "CS_PREFETCH_W") == 0
+
+
 # SiLU and GELU are ours (templates/activation.cuh): CUTLASS's take expf and an IEEE division, or
 # erff, per element.
 @pytest.mark.parametrize("activation, functor", [("relu", "cutlass::epilogue::thread::ReLu"),

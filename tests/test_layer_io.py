@@ -50,10 +50,26 @@ def test_suite_files_carry_the_io_options(tmp_path):
 def test_io_flags_carry_the_layouts_and_overlapped_launches():
     from cutsearch.abi import IO_PDL, IO_X_PADDED, IO_Y_PADDED, io_flags
 
-    assert (IO_X_PADDED, IO_Y_PADDED, IO_PDL) == (1, 2, 4)  # the launcher's CS_IO_* values
+    assert (IO_X_PADDED, IO_Y_PADDED, IO_PDL) == (1, 2, 4)
     assert io_flags(False, False) == 0
-    assert io_flags(True, False, pdl=True) == 5
-    assert io_flags(True, True, pdl=False) == 3
+    assert io_flags(True, False, {"pdl": 1}) == 5
+    assert io_flags(True, True, {"pdl": 0}) == 3
+    assert io_flags(False, False, {"pdl": 1, "prefetch": 1}) == 20
+
+
+def test_every_io_flag_has_the_same_value_in_python_the_launcher_and_the_export_header():
+    import re
+
+    from cutsearch import abi
+    from cutsearch.codegen import TEMPLATES
+
+    ours = {name: value for name, value in vars(abi).items() if name.startswith("IO_")}
+    launcher = (TEMPLATES / "launcher.cu").read_text()
+    enum = re.search(r"enum \{ (CS_IO_[^}]*) \};", launcher).group(1)
+    in_launcher = {n.strip()[3:]: int(v) for n, v in (item.split("=") for item in enum.split(","))}
+    header = (TEMPLATES / "cutsearch_fc.h").read_text()
+    in_header = {n[3:]: int(v) for n, v in re.findall(r"#define (CS_IO_\w+) (\d+)", header)}
+    assert len(ours) == 5 and ours == in_launcher == in_header
 
 
 def test_the_export_header_passes_the_searched_launch_mode_to_cs_create():

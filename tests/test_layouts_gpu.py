@@ -258,7 +258,7 @@ def created(built, name: str, splits: int = 1, *, m: int | None = None, views: b
     lib = open_library(built[name].library)
     handle = ctypes.c_void_p()
     assert lib.cs_create(ctypes.byref(handle), layer.m, layer.n, layer.k, kp.pad_n, kp.pad_k, 0, 1, 1, splits, 0, 0,
-                         io_flags(False, False, views=views)) == 0
+                         io_flags(False, False, {"views": views})) == 0
     try:
         yield layer, kp, lib, handle
     finally:

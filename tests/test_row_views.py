@@ -132,7 +132,7 @@ def test_the_views_are_recorded_as_a_transform_and_a_launch_flag():
     layer = Layer(m=3000, n=1001, k=999, bias=True)
     assert "x_views" not in transforms(layer, PAD, {"raster": 1})
     assert transforms(layer, PAD, {"raster": 1, "views": 1})["x_views"] == {"count": 8, "shift": 7, "k": 1048}
-    assert IO_X_VIEWS == 8 and io_flags(False, False, pdl=True, views=True) == 12
+    assert IO_X_VIEWS == 8 and io_flags(False, False, {"pdl": 1, "views": 1}) == 12
     assert Knobs(views=1).to_dict()["views"] == 1 and "views" not in Knobs().to_dict()
 
 

@@ -379,8 +379,25 @@ def test_persistent_kernels_search_raster_order_and_swizzle():
 def test_a_grid_of_all_the_tiles_has_no_knob_but_the_launch_overlap_of_its_copies():
     ws = cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid")
     assert knob_grid(ws, ALIGNED) == [Knobs()]
-    # With K padded: x copied (and overlapped with the GEMM, or not), or read through row views.
-    assert knob_grid(dataclasses.replace(ws, pad=True), UNALIGNED_K) == [Knobs(), Knobs(views=1), Knobs(pdl=1)]
+    # With K padded: x copied (and overlapped with the GEMM, or not, and with W prefetched while
+    # the GEMM waits for the copy, or not), or read through row views.
+    assert knob_grid(dataclasses.replace(ws, pad=True), UNALIGNED_K) == [
+        Knobs(), Knobs(views=1), Knobs(pdl=1), Knobs(pdl=1, prefetch=1)]
+
+
+def test_w_is_prefetched_only_where_the_gemm_waits_for_a_copy_of_x():
+    padded = cfg(tile_m=64, kernel_schedule="ws", tile_scheduler="grid", pad=True)
+    assert Knobs(pdl=1, prefetch=1) in knob_grid(padded, UNALIGNED_K)
+    # x handed over padded: no copy to wait for, though y may still be copied.
+    assert not any(k.prefetch for k in knob_grid(padded, dataclasses.replace(UNALIGNED_K, input="padded")))
+    # Stream-K kernels are never launched early, and the fixup's counters sit between copy and GEMM.
+    streamk = cfg(tile_scheduler="streamk", pad=True)
+    assert not any(k.prefetch for k in knob_grid(streamk, UNALIGNED_K))
+    assert any(k.pdl for k in knob_grid(streamk, UNALIGNED_K))
+    # Where only y is copied, the GEMM runs before its copy and waits for nothing.
+    unaligned_n = Layer(m=256, n=1001, k=1024)
+    assert any(k.pdl for k in knob_grid(dataclasses.replace(padded, epilogue_schedule="tma"), unaligned_n))
+    assert not any(k.prefetch for k in knob_grid(dataclasses.replace(padded, epilogue_schedule="tma"), unaligned_n))
 
 
 def test_stream_k_kernels_search_stream_k_data_parallel_and_split_k():
@@ -407,7 +424,11 @@ def test_overlapped_launches_are_searched_only_where_a_call_copies():
     assert {k.pdl for k in plain} == {0, 1}
     # x copied: each variant with and without overlap. x read through row views: no copy at all.
     copying = {k for k in plain if not k.views}
-    assert {dataclasses.replace(k, pdl=0) for k in copying if k.pdl} == {k for k in copying if not k.pdl}
+    assert {dataclasses.replace(k, pdl=0, prefetch=0) for k in copying if k.pdl} == {k for k in copying if not k.pdl}
+    # ... and each overlapped one with and without W's prefetch.
+    overlapped = {k for k in copying if k.pdl}
+    assert {dataclasses.replace(k, prefetch=0) for k in overlapped if k.prefetch} == {
+        k for k in overlapped if not k.prefetch}
     assert {k.pdl for k in plain if k.views} == {0}
     assert {k.pdl for k in knob_grid(cfg(), ALIGNED)} == {0}  # the GEMM alone: nothing to overlap
     padded = dataclasses.replace(UNALIGNED_K, input="padded")  # x arrives padded: no copy left

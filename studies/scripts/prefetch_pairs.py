@@ -18,14 +18,14 @@ def pairs(recording: dict) -> list[tuple[str, dict, float, float]]:
         m = ev.get("measurement")
         if not m:
             continue
-        times = {json.dumps({k: v for k, v in kn.items() if k != "prefetch"}, sort_keys=True) + f"|{kn.get('prefetch', 0)}": t
+        # (the other knobs, prefetch) -> median
+        times = {(json.dumps({k: v for k, v in kn.items() if k != "prefetch"}, sort_keys=True), kn.get("prefetch", 0)): t
                  for kn, t in m["variants"]}
         c = ev["config"]
         key = f"{c['tile_m']}x{c['tile_n']}x{c['tile_k']}_c{c['cluster_m']}x{c['cluster_n']}_{c['kernel_schedule']}"
-        for name, t in times.items():
-            base, flag = name.rsplit("|", 1)
-            if flag == "1" and f"{base}|0" in times:
-                out.append((key, json.loads(base), times[f"{base}|0"], t))
+        for (base, prefetch), t in times.items():
+            if prefetch and (base, 0) in times:
+                out.append((key, json.loads(base), times[base, 0], t))
     return out
 
 

@@ -208,7 +208,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
         name = operation.procedural_name()
         if config.epilogue_schedule in OWN_EPILOGUES:
             kernel, name = _replace_nosmem_epilogue(kernel, name, layer, config)
-        if fn is not None and row_views(layer) is not None:
+        views = row_views(layer)
+        if fn is not None and views is not None and views.count > 1:
             kernel = _batched_visitor_output(kernel)
         if fn is not None:
             kernel = _own_activations(kernel, layer)

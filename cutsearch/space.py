@@ -427,6 +427,10 @@ class RowViews:
     view i times W'_i is exactly rows i, i + P, ... of x @ W^T (the neighbours' elements meet
     zeros; x must be finite). The kernel runs the P views as a batch of M / P rows each, with
     K' = K + (P - 1) q, a vector multiple, so the last view's last row ends where x ends.
+
+    Where M = 1, x's one row has no pitch to align: one view, K' = K, against W as it is. The
+    kernel's K stops where x ends and TMA fills the rest of the last k-block with zeros, so
+    nothing past x is read (and x need not be finite).
     """
 
     count: int   # P: views, the batch of the kernel
@@ -439,11 +443,13 @@ class RowViews:
 
 def row_views(layer: Layer) -> RowViews | None:
     """The views that read this layer's x in place, or None where its rows are aligned, x comes
-    padded, y is y^T (a view's rows of y^T are not unit-stride), or P does not divide M."""
+    padded, y is y^T (a view's rows of y^T are not unit-stride), or P does not divide M > 1."""
     vec = 16 // BYTES[layer.dtype]
     q = layer.k % vec
     if not q or layer.input != "contiguous" or layer.output == "transposed":
         return None
+    if layer.m == 1:
+        return RowViews(count=1, shift=q, k=layer.k)
     count = vec // math.gcd(layer.k, vec)
     if layer.m % count:
         return None

@@ -43,8 +43,9 @@ const char* cs_kernel_name(void);
    not 16-byte aligned in place instead of copying it (x 16-byte aligned and finite: a
    non-finite element also reaches its neighbouring rows; the first cs_run after cs_bind builds
    shifted copies of W in the workspace, and x is copied where the views' count does not divide
-   m), CS_IO_W_PREFETCH (with CS_IO_PDL, where x is copied) for the GEMM to pull W into L2 while
-   it waits for the copy. CUTSEARCH_FC_IO is what the search chose. */
+   m; where m is 1, its one row is read up to k and W as it is), CS_IO_W_PREFETCH (with
+   CS_IO_PDL, where x is copied) for the GEMM to pull W into L2 while it waits for the copy.
+   CUTSEARCH_FC_IO is what the search chose. */
 #define CS_IO_X_PADDED 1
 #define CS_IO_Y_PADDED 2
 #define CS_IO_PDL 4

@@ -16,8 +16,10 @@
 //                (programmatic dependent launch); each waits for the writes it reads.
 //   CS_IO_X_VIEWS : instead of copying x (pad_k > K), read it in place as P row views, a batch
 //                of M / P rows each, against P shifted copies of W that the first call after
-//                binding builds in the workspace (cutsearch.space.RowViews). Ignored where x
-//                comes padded or P does not divide M: x is then copied.
+//                binding builds in the workspace (cutsearch.space.RowViews). Where M = 1, x's
+//                one row is read in place with the kernel's K cut where it ends (TMA fills the
+//                rest of the last k-block with zeros), against W as it is. Ignored where x
+//                comes padded or P does not divide M (M > 1): x is then copied.
 //   CS_IO_W_PREFETCH : with CS_IO_PDL and a copy of x, the GEMM asks L2 for W while it waits
 //                for the copy (templates/mainloop.cuh).
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
@@ -133,6 +135,7 @@ struct cs_layer {
   int km, kn, kk;  // the kernel's problem after the transforms
   int splits = 1;  // K slices under CS_SPLIT_K
   int views = 1, view_shift = 0;  // x's row views (P) and each one's shift (q) under CS_IO_X_VIEWS
+  bool k_cut = false;  // M = 1 under CS_IO_X_VIEWS: the kernel's K is x's, its pitch pad_k
   int batches = 1;  // the kernel's batch: the K slices or the views
   cutlass::KernelHardwareInfo hw;
   SchedulerArgs scheduler{};
@@ -191,6 +194,10 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
     h->views = h->batches = vec / gcd(k, vec);
     h->view_shift = k % vec;
     h->kk = k + (h->views - 1) * h->view_shift;  // a vector multiple: the last view ends where x does
+  } else if ((io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m == 1) {
+    // One row has no pitch to align: TMA reads it up to K and fills the rest with zeros.
+    h->k_cut = true;
+    h->kk = k;
   }
 #endif
   h->km = CS_SWAP_AB ? pad_n : m / h->views;
@@ -207,7 +214,7 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   const size_t epilogue_ws = GemmKernel::CollectiveEpilogue::get_workspace_size(probe.problem_shape, probe.epilogue);
   h->epilogue_ws = h->kernel_ws < epilogue_ws;
   if (h->epilogue_ws) h->kernel_ws = epilogue_ws;
-  h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 ? size_t(m) * pad_k * sizeof(ElementA) : 0;
+  h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 && !h->k_cut ? size_t(m) * pad_k * sizeof(ElementA) : 0;
   // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
   h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
   // Split-K's reduction kernel writes y at its own pitch: no padded copy of y.
@@ -234,16 +241,20 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   void* y_eff = h->parts_bytes ? static_cast<void*>(parts) : h->y_pad_bytes ? static_cast<void*>(y_pad) : y;
   const void* a = CS_SWAP_AB ? w_eff : x_eff;
   const void* b = CS_SWAP_AB ? x_eff : w_eff;
-  auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, h->kk, h->batches));
-  auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, h->kk, h->batches));
+  // Under the cut, W's rows and x's one row keep the pitch pad_k that TMA needs.
+  const int pitch_k = h->k_cut ? h->pad_k : h->kk;
+  auto dA = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(h->km, pitch_k, h->batches));
+  auto dB = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(h->kn, pitch_k, h->batches));
   auto dD = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(h->km, h->kn, h->batches));
 #if CS_SPLIT_K
   // Slice l of A and B is columns [l * kk, (l + 1) * kk) of their K-major rows of pad_k.
   cute::get<0>(dA) = h->kk * h->splits; cute::get<2>(dA) = h->kk;
   cute::get<0>(dB) = h->kk * h->splits; cute::get<2>(dB) = h->kk;
 #elif !CS_Y_TRANSPOSED  // y^T's unit stride is where the views would step by P rows (no views)
-  if (h->views > 1) {
+  if (h->views > 1 || h->k_cut) {
     if (reinterpret_cast<uintptr_t>(x) % 16) return fail(h, "cs_bind", "x must be 16-byte aligned");
+  }
+  if (h->views > 1) {
     // View i: rows i, i + P, ... of x, from i * (K - q) elements in; W' is packed [P, pad_n, K'];
     // y's rows i, i + P, ... are its rows of pitch pad_n (D^T's columns when swapped).
     const int64_t p = h->views, x_rows = p * h->k, x_view = h->k - h->view_shift, pitch = h->pad_n;
@@ -281,7 +292,11 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
 #else
   (void)bias;
 #endif
-  cutlass::Status st = Gemm::can_implement(args);
+  // CUTLASS's check asks for a K of whole vectors, which TMA needs of pitches and bases only: under
+  // the cut, the check runs on pad_k and the launch has x's K.
+  typename Gemm::Arguments check = args;
+  cute::get<2>(check.problem_shape) = pitch_k;
+  cutlass::Status st = Gemm::can_implement(check);
   if (st != cutlass::Status::kSuccess) return fail(h, "can_implement", cutlassGetStatusString(st));
   st = h->bound ? h->gemm.update(args, ws_kernel) : h->gemm.initialize(args, ws_kernel);
   if (st != cutlass::Status::kSuccess) return fail(h, "initialize", cutlassGetStatusString(st));

@@ -120,7 +120,7 @@ CASES = {
                        Config(tile_m=128, tile_n=64, tile_k=64, cluster_n=2, kernel_schedule="ws",
                               epilogue_schedule="tma", tile_scheduler="grid", pad=True)),
 }
-# x read in place through row views (space.RowViews), each with 8, 4 or 2 views: swapped with y's
+# x read in place through row views (space.RowViews), each with 8, 4, 2 or (M = 1) 1 views: swapped with y's
 # unaligned rows stored by nosmem, and by direct with GELU; the visitor tree's GELU with y aligned; the ws grid on a small
 # M; stream-K over the views' batch; and K = 7 with y copied out of its padded buffer.
 VIEW_CASES = {
@@ -138,6 +138,11 @@ VIEW_CASES = {
     "views-k7-relu": (Layer(m=8, n=40, k=7, dtype="f16", bias=True, activation="relu"),
                       Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong", epilogue_schedule="tma",
                              pad=True)),
+    # M = 1: one view, the kernel's K cut where x ends; swapped on the ws grid, and K below the k-tile.
+    "views-m1-ws-swapped-gelu": (Layer(m=1, n=1000, k=334, dtype="bf16", bias=True, activation="gelu"),
+                                 Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
+                                        tile_scheduler="grid", swap_ab=True, pad=True)),
+    "views-m1-k7-direct": (Layer(m=1, n=333, k=7, dtype="f16", bias=True, activation="relu"), DIRECT),
 }
 CASES.update(VIEW_CASES)
 
@@ -196,6 +201,33 @@ def test_row_views_compute_the_layer(built):
             knobs = tuple(k for k in knob_grid(config, layer) if k.raster < 2 and k.swizzle == 1 and not k.pdl)
             assert {k.views for k in knobs} == {0, 1}, name
             assert_every_variant_passes(worker, built, name, knobs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["views-m1-ws-swapped-gelu", "views-m1-k7-direct"])
+def test_one_row_read_in_place_reads_nothing_past_x(built, name):
+    """M = 1 with the views: x's row is followed by NaNs up to W's padded pitch and beyond. Had
+    the kernel read past K, a NaN would meet W's zero padding and spread into y."""
+    torch = pytest.importorskip("torch")
+    with created(built, name, views=True) as (layer, kp, lib, handle):
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+        gen = torch.Generator(device="cuda").manual_seed(7)
+        buf = torch.full((kp.pad_k + 256,), float("nan"), dtype=dtype, device="cuda")
+        buf[: layer.k] = torch.randn(layer.k, device="cuda", generator=gen).to(dtype)
+        x = buf[: layer.k].view(1, layer.k)
+        w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
+        w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
+        b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
+        b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+        ws = torch.empty(max(16, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
+        y = torch.full((1, layer.n), float("nan"), dtype=dtype, device="cuda")
+        assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
+        assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
+        torch.cuda.synchronize()
+        act = {"gelu": torch.nn.functional.gelu, "relu": torch.relu}[layer.activation]
+        want = act(x.double() @ w[: layer.n, : layer.k].double().T + b[: layer.n].double())
+        assert bool(torch.isfinite(y).all())
+        assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2
 
 
 @pytest.mark.gpu

@@ -3,7 +3,7 @@
 # knob, templates/mainloop.cuh). Each layer's best recorded configs that copy x are measured over
 # their knob grid by configs_bench.py, so each overlapped call is timed with and without the
 # prefetch in one run. A compile cache carried as .kcache.tgz (configs_bench.py --build-only)
-# saves the builds. Writes $OUT/prefetch-NAME.json and prints the pairs (prefetch_pairs.py).
+# saves the builds. Writes $OUT/prefetch-NAME.json and prints the pairs (knob_pairs.py).
 set -u
 here=$(dirname "$0")
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -19,4 +19,4 @@ bench studies/unseen-random.toml random0 128x16x64_c1x1_ws_tma_grid_swap_pad 128
 bench studies/unseen-random3.toml draw3_3 64x16x64_c1x1_ws_tma_grid_swap_pad 64x16x128_c2x1_ws_tma_grid_swap_pad
 bench studies/unseen-heads.toml head1 64x16x64_c1x1_ws_tma_grid_swap_pad_splitk 64x32x64_c1x1_ws_tma_grid_swap_pad_splitk
 bench studies/unseen-random3.toml draw3_2 64x32x128_c2x1_ws_direct_grid_swap_pad 128x16x32_c1x2_ws_direct_grid_swap_pad
-python3 "$here/prefetch_pairs.py" "$OUT"/prefetch-*.json
+python3 "$here/knob_pairs.py" "$OUT"/prefetch-*.json

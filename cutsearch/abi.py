@@ -14,6 +14,7 @@ IO_Y_PADDED = 2
 IO_PDL = 4  # programmatic dependent launch between the call's copies and its GEMM
 IO_X_VIEWS = 8  # unaligned x read in place through row views instead of copied (space.RowViews)
 IO_W_PREFETCH = 16  # with IO_PDL, W pulled into L2 while the GEMM waits for the copy of x
+IO_X_OWN_COPY = 32  # x copied by the GEMM itself, no copy kernel (kernels built with it)
 
 
 def io_flags(x_padded: bool, y_padded: bool, knobs: Mapping[str, int] | None = None) -> int:
@@ -21,7 +22,7 @@ def io_flags(x_padded: bool, y_padded: bool, knobs: Mapping[str, int] | None = N
     knobs = knobs or {}
     return ((IO_X_PADDED if x_padded else 0) | (IO_Y_PADDED if y_padded else 0)
             | (IO_PDL if knobs.get("pdl") else 0) | (IO_X_VIEWS if knobs.get("views") else 0)
-            | (IO_W_PREFETCH if knobs.get("prefetch") else 0))
+            | (IO_W_PREFETCH if knobs.get("prefetch") else 0) | (IO_X_OWN_COPY if knobs.get("own_copy") else 0))
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:

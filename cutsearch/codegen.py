@@ -15,7 +15,7 @@ import string
 from pathlib import Path
 
 from cutsearch.problem import Layer
-from cutsearch.space import SIMT_EPILOGUES, STAGED_WARPS, Config, kernel_problem, row_views
+from cutsearch.space import SIMT_EPILOGUES, STAGED_WARPS, Config, kernel_problem, own_copy_built, row_views
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 if not TEMPLATES.is_dir():  # installed as a wheel: the templates ship inside the package
@@ -220,11 +220,12 @@ def render(layer: Layer, config: Config) -> KernelSource:
     # CUTLASS 4.2's stream-K scheduler does not compile with grid-dependency control.
     gdc = config.tile_scheduler != "streamk"
     if gdc:
-        kernel = _prefetching_mainloop(kernel, config)
+        kernel = _wrapped_mainloop(kernel, config)
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
                            copy_kernels=copy_kernels(), namespace=_NAMESPACE,
                            own_epilogues=own_epilogues() if config.epilogue_schedule in OWN_EPILOGUES else "",
                            own_mainloop=own_mainloop() if gdc else "", prefetch_w=int(gdc),
+                           own_copy=int(gdc and own_copy_built(config)),
                            swap_ab=int(config.swap_ab), has_bias=int(fn is not None and layer.bias),
                            has_act=int(fn is not None and layer.activation != "none"),
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
@@ -329,12 +330,14 @@ def _replace_nosmem_epilogue(kernel: str, name: str, layer: Layer, config: Confi
     return patched.replace(name, own_name), own_name
 
 
-def _prefetching_mainloop(kernel: str, config: Config) -> str:
-    """Wrap the emitted mainloop so that W is prefetched into L2 while the kernel waits for the
-    call's copy of x (templates/mainloop.cuh)."""
+def _wrapped_mainloop(kernel: str, config: Config) -> str:
+    """Wrap the emitted mainloop so that W is prefetched into L2 while the kernel waits for x, and
+    (the ws kernel, whose producer has no register cap) so that it can copy x itself
+    (templates/mainloop.cuh)."""
+    args = f"{str(config.swap_ab).lower()}, {str(own_copy_built(config)).lower()}"
     return _wrap_collective(kernel, "CollectiveMainloop", "", "CollectiveMainloopBase",
-                            f"cutsearch_prefetch::PrefetchWeights<CollectiveMainloopBase, {str(config.swap_ab).lower()}>",
-                            "mainloop")
+                            f"cutsearch_mainloop::Mainloop<CollectiveMainloopBase, {args}>", "mainloop")
+
 
 
 def _wrap_collective(kernel: str, name: str, tail: str, base: str, wrapper: str, what: str) -> str:
@@ -384,7 +387,7 @@ def own_epilogues() -> str:
 def own_mainloop() -> str:
     """templates/mainloop.cuh, inlined (it needs CUTLASS's headers)."""
     text = (TEMPLATES / "mainloop.cuh").read_text()
-    return text[text.index("// Weights prefetched"):]
+    return text[text.index("// The mainloop around"):]
 
 
 def render_template(name: str, **values: object) -> str:

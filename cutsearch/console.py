@@ -173,6 +173,8 @@ def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
         line += ", overlapped launches"
     if knobs.get("prefetch"):
         line += ", W prefetched during the copy"
+    if knobs.get("own_copy"):
+        line += ", x copied by the GEMM itself, W prefetched meanwhile"
     return line
 
 

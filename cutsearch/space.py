@@ -114,10 +114,11 @@ class Knobs:
     pdl: int = 0            # 1: the call's copies and GEMM overlap (programmatic dependent launch)
     views: int = 0          # 1: the GEMM reads unaligned x in place through row views (see RowViews)
     prefetch: int = 0       # 1: with pdl, the GEMM pulls W into L2 while it waits for the x copy
+    own_copy: int = 0       # 1: the GEMM copies the rows of x each tile reads, no copy kernel
 
     def to_dict(self) -> dict[str, int]:
         d = dataclasses.asdict(self)
-        for name in ("pdl", "views", "prefetch"):
+        for name in ("pdl", "views", "prefetch", "own_copy"):
             if not d[name]:
                 del d[name]  # as recordings and exports made before the knob have it
         return d
@@ -402,7 +403,35 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
     # workspace of their own are (stream-K's and the fixup's counters are reset in between).
     waits = config.tile_scheduler != "streamk" and config.epilogue_schedule != "fixup"
     grid += [dataclasses.replace(k, prefetch=1) for k in grid if k.pdl and waits and copies_x(layer, kp, k)]
+    if own_copy_applies(layer, config):
+        grid += [dataclasses.replace(k, own_copy=1) for k in grid if not (k.pdl or k.views)]
     return grid
+
+
+def own_copy_built(config: Config) -> bool:
+    """Whether the kernel is built able to copy x itself (templates/mainloop.cuh): the ws kernel,
+    whose producer calls the mainloop once and has no register cap, in a cluster where one
+    operand's stage buffers receive no other CTA's loads, to stage x in."""
+    return config.kernel_schedule == "ws" and (config.cluster_m == 1 or config.cluster_n == 1)
+
+
+def own_copy_applies(layer: Layer, config: Config) -> bool:
+    """Whether the GEMM may copy x itself in place of the copy kernel: a kernel built for it, not
+    under split-K's batch, and only where the rows of x a tile reads are a few one warp copies,
+    written by a few CTAs (every tile along W's rows writes the same ones)."""
+    kp = kernel_problem(layer, config)
+    if not copies_x(layer, kp) or not own_copy_built(config) or config.split_k:
+        return False
+    rows = min(config.tile_n if config.swap_ab else config.tile_m, layer.m)
+    writers = math.ceil(kp.pad_n / (config.tile_m if config.swap_ab else config.tile_n))
+    return rows * layer.k * BYTES[layer.dtype] <= OWN_COPY_MAX_BYTES and writers <= OWN_COPY_MAX_WRITERS
+
+
+OWN_COPY_MAX_BYTES = 16 << 10  # half the staging in shared memory (templates/mainloop.cuh, STAGE_BYTES)
+# On the H200, with 3 and 19 CTAs writing each row of x the GEMM's own copy was 0.0-1.4 µs faster
+# than the best call with a copy kernel; with 107 and 131 it was 1.7-2.2 µs slower: the writes of
+# the same bytes queue (studies/recorded/h200-2026-12-04-own-copy/).
+OWN_COPY_MAX_WRITERS = 32
 
 
 def copies_x(layer: Layer, kp: KernelProblem, knobs: Knobs | None = None) -> bool:

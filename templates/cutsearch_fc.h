@@ -44,13 +44,15 @@ const char* cs_kernel_name(void);
    non-finite element also reaches its neighbouring rows; the first cs_run after cs_bind builds
    shifted copies of W in the workspace, and x is copied where the views' count does not divide
    m; where m is 1, its one row is read up to k and W as it is), CS_IO_W_PREFETCH (with
-   CS_IO_PDL, where x is copied) for the GEMM to pull W into L2 while it waits for the copy.
-   CUTSEARCH_FC_IO is what the search chose. */
+   CS_IO_PDL, where x is copied) for the GEMM to pull W into L2 while it waits for the copy,
+   CS_IO_X_OWN_COPY (where x is copied) for the GEMM to copy x itself, with no copy kernel
+   (ignored by kernels not built for it). CUTSEARCH_FC_IO is what the search chose. */
 #define CS_IO_X_PADDED 1
 #define CS_IO_Y_PADDED 2
 #define CS_IO_PDL 4
 #define CS_IO_X_VIEWS 8
 #define CS_IO_W_PREFETCH 16
+#define CS_IO_X_OWN_COPY 32
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
               int raster, int swizzle, int splits, int decomposition, int reduction, int io);
 /* Bytes of device workspace the caller provides to cs_bind. Keep it for this layer alone while

@@ -22,6 +22,9 @@
 //                comes padded or P does not divide M (M > 1): x is then copied.
 //   CS_IO_W_PREFETCH : with CS_IO_PDL and a copy of x, the GEMM asks L2 for W while it waits
 //                for the copy (templates/mainloop.cuh).
+//   CS_IO_X_OWN_COPY : where x is copied, the GEMM copies it itself, each CTA the rows its tile
+//                reads, with W prefetched meanwhile: no copy kernel (templates/mainloop.cuh).
+//                Ignored by kernels built without it (CS_OWN_COPY 0), and under a batch.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
 
 // Before any include, for CUTLASS's SM90 kernels to wait for the kernel before them only where
@@ -63,6 +66,7 @@ namespace ${namespace} {
 #define CS_BIAS_AS_C ${bias_as_c}
 #define CS_GDC ${gdc}
 #define CS_PREFETCH_W ${prefetch_w}
+#define CS_OWN_COPY ${own_copy}
 #define CS_SPLIT_K ${split_k}
 #define CS_SPLIT_ACT ${split_act}
 #define CS_Y_TRANSPOSED ${y_transposed}
@@ -128,7 +132,8 @@ void set_batch_stride(S& s, int64_t v) {
 
 using namespace cutsearch_impl;
 
-enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4, CS_IO_X_VIEWS = 8, CS_IO_W_PREFETCH = 16 };
+enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4, CS_IO_X_VIEWS = 8, CS_IO_W_PREFETCH = 16,
+       CS_IO_X_OWN_COPY = 32 };
 
 struct cs_layer {
   int m, n, k, pad_n, pad_k, io;
@@ -136,6 +141,7 @@ struct cs_layer {
   int splits = 1;  // K slices under CS_SPLIT_K
   int views = 1, view_shift = 0;  // x's row views (P) and each one's shift (q) under CS_IO_X_VIEWS
   bool k_cut = false;  // M = 1 under CS_IO_X_VIEWS: the kernel's K is x's, its pitch pad_k
+  bool own_copy = false;  // CS_IO_X_OWN_COPY where x is copied: by the GEMM, no copy kernel
   int batches = 1;  // the kernel's batch: the K slices or the views
   cutlass::KernelHardwareInfo hw;
   SchedulerArgs scheduler{};
@@ -215,6 +221,10 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   h->epilogue_ws = h->kernel_ws < epilogue_ws;
   if (h->epilogue_ws) h->kernel_ws = epilogue_ws;
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 && !h->k_cut ? size_t(m) * pad_k * sizeof(ElementA) : 0;
+#if CS_OWN_COPY
+  h->own_copy = (io & CS_IO_X_OWN_COPY) && h->x_pad_bytes && h->batches == 1 &&
+                GemmKernel::CollectiveMainloop::copies_rows_of(k);
+#endif
   // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
   h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
   // Split-K's reduction kernel writes y at its own pitch: no padded copy of y.
@@ -272,8 +282,13 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
       h->hw,
       h->scheduler};
 #if CS_PREFETCH_W
-  // Only where the GEMM is launched early and waits for the copy of x (cs_run).
-  args.mainloop.prefetch_w = (h->io & CS_IO_W_PREFETCH) && (h->io & CS_IO_PDL) && h->x_pad_bytes && !h->kernel_ws;
+  // Only where the GEMM is launched early and waits for the copy of x (cs_run), or copies it.
+  args.mainloop.prefetch_w =
+      h->own_copy || ((h->io & CS_IO_W_PREFETCH) && (h->io & CS_IO_PDL) && h->x_pad_bytes && !h->kernel_ws);
+#endif
+#if CS_OWN_COPY
+  args.mainloop.x = h->own_copy ? x : nullptr;
+  args.mainloop.x_k = h->k;
 #endif
 #if CS_HAS_BIAS && CS_HAS_ACT
   args.epilogue.thread = {{{}, {static_cast<ElementD const*>(bias)}, {}}, {}};
@@ -327,7 +342,7 @@ int cs_run(cs_layer* h, void* stream) {
     }
     h->w_views_built = true;
   }
-  if (h->x_pad_bytes) {
+  if (h->x_pad_bytes && !h->own_copy) {
     cutsearch_copy::launch_repitch(reinterpret_cast<ElementA*>(x_pad), h->pad_k,
                                    static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s,
                                    /*pdl=*/false, /*trigger=*/pdl);
@@ -344,7 +359,7 @@ int cs_run(cs_layer* h, void* stream) {
   }
   // Overlap only with our own copy: a workspace reset in between is a memset, not a kernel. A
   // GEMM built without grid-dependency control would not wait for the copy's writes.
-  cutlass::Status st = h->gemm.run(s, nullptr, CS_GDC && pdl && h->x_pad_bytes && !h->kernel_ws);
+  cutlass::Status st = h->gemm.run(s, nullptr, CS_GDC && pdl && h->x_pad_bytes && !h->own_copy && !h->kernel_ws);
   if (st != cutlass::Status::kSuccess) return fail(h, "run", cutlassGetStatusString(st));
 #if CS_SPLIT_K == 1
   // The partials are [m, pad_n] either way (D^T column-major when swapped is the same bytes);
@@ -378,6 +393,7 @@ void cs_destroy(cs_layer* h) { delete h; }
 #undef CS_BIAS_AS_C
 #undef CS_GDC
 #undef CS_PREFETCH_W
+#undef CS_OWN_COPY
 #undef CS_SPLIT_K
 #undef CS_SPLIT_ACT
 #undef CS_Y_TRANSPOSED

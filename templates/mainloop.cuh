@@ -4,26 +4,55 @@
 
 #include "cutlass/cutlass.h"
 
-// Weights prefetched while the kernel waits: CUTLASS's SM90 kernels wait for the kernel before
-// them (griddepcontrol.wait) before their first load. Where that kernel is the call's own copy
-// of x, the wait holds back W's loads too, though W is constant and no copy writes it. The
-// kernel's descriptor-prefetch hook runs before the wait, on one thread of each CTA: here it
-// also asks L2 for the CTA's share of W, so that the mainloop's first loads of W hit L2.
-namespace cutsearch_prefetch {
+// The mainloop around CUTLASS's collective, for two things a call with a copy of x can do better.
+// W prefetched while the kernel waits: CUTLASS's SM90 kernels wait for the kernel before them
+// (griddepcontrol.wait) before their first load. Where that kernel is the call's own copy of x,
+// the wait holds back W's loads too, though W is constant and no copy writes it. The kernel's
+// descriptor-prefetch hook runs before the wait, on one thread of each CTA: here it also asks
+// L2 for the CTA's share of W, so that the mainloop's first loads of W hit L2.
+// x copied by the GEMM itself (OwnCopy): no copy kernel, no launch between. Before its first
+// TMA load, the producer warp writes the rows of x its tile reads into the padded buffer (its
+// columns past K zero). CTAs that share rows write the same values, and each TMA load reads
+// only rows its own CTA wrote, so no CTA waits for another.
+namespace cutsearch_mainloop {
 
 // No prefetch of a W larger than half the H200's 50 MB L2: it would evict what it brought in.
 constexpr uint64_t MAX_BYTES = 24ull << 20;
 constexpr uint32_t CHUNK = 1u << 16;  // bytes of one bulk prefetch instruction
+constexpr size_t STAGE_BYTES = 32u << 10;  // shared memory a block of x's rows is staged in at most
 
 // Base: the CUTLASS collective mainloop. WeightIsA: W is the kernel's A (A and B swapped).
-template <class Base, bool WeightIsA>
-struct PrefetchWeights : Base {
+// OwnCopy: compiled with the copy of x (kernels without a register cap on the producer).
+template <class Base, bool WeightIsA, bool OwnCopy>
+struct Mainloop : Base {
+  using ElementX = cute::conditional_t<WeightIsA, typename Base::ElementB, typename Base::ElementA>;
+
+  // x is staged in the stages' buffers of the operand that no other CTA of the cluster multicasts
+  // into: nothing is in them before this CTA's first TMA load (the ws kernel calls load once).
+  using Cluster = typename Base::DispatchPolicy::ClusterShape;
+  static constexpr bool kStageInA = cute::size<1>(Cluster{}) == 1;
+  static_assert(!OwnCopy || kStageInA || cute::size<0>(Cluster{}) == 1, "no stage buffers of this CTA's alone");
+  using TensorStorage = typename Base::TensorStorage;
+  static constexpr size_t kStageBytes = kStageInA ? sizeof(decltype(cute::declval<TensorStorage&>().smem_A))
+                                                  : sizeof(decltype(cute::declval<TensorStorage&>().smem_B));
+  static constexpr size_t kScratchBytes = kStageBytes < STAGE_BYTES ? kStageBytes : STAGE_BYTES;
+
+  // Whether a row of x of k elements, and the lead to its 16-byte boundary, fits the staging.
+  static constexpr bool copies_rows_of(int k) {
+    return OwnCopy && size_t(k) * sizeof(ElementX) + 16 <= kScratchBytes;
+  }
+
   struct Arguments : Base::Arguments {
-    bool prefetch_w = false;  // set where the kernel waits on the call's copy of x
+    bool prefetch_w = false;  // set where the kernel waits, on the call's copy of x or its own
+    void const* x = nullptr;  // x as the caller has it, where the GEMM copies it (OwnCopy)
+    int x_k = 0;              // x's row length; the buffer's pitch is the problem's K
   };
   struct Params : Base::Params {
     char const* w = nullptr;
     uint64_t w_bytes = 0;  // 0: no prefetch
+    ElementX const* x = nullptr;  // nullptr: x arrives padded
+    ElementX* x_pad = nullptr;
+    int x_rows = 0, x_k = 0, x_pitch = 0;
   };
 
   template <class ProblemShape>
@@ -36,8 +65,12 @@ struct PrefetchWeights : Base {
     const uint64_t bytes = rows * uint64_t(k) * uint64_t(l) * sizeof(ElementW);
     char const* w = reinterpret_cast<char const*>(WeightIsA ? static_cast<void const*>(args.ptr_A)
                                                             : static_cast<void const*>(args.ptr_B));
+    void const* x_pad = WeightIsA ? static_cast<void const*>(args.ptr_B) : static_cast<void const*>(args.ptr_A);
     return {{Base::to_underlying_arguments(problem_shape, args, workspace)}, w,
-            args.prefetch_w && bytes <= MAX_BYTES ? bytes : 0};
+            args.prefetch_w && bytes <= MAX_BYTES ? bytes : 0,
+            OwnCopy && l == 1 ? static_cast<ElementX const*>(args.x) : nullptr,
+            const_cast<ElementX*>(static_cast<ElementX const*>(x_pad)), WeightIsA ? int(n) : int(m), args.x_k,
+            int(k)};
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
@@ -56,6 +89,78 @@ struct PrefetchWeights : Base {
     }
 #endif
   }
+
+  // The producer warp, all its lanes, after the kernel's wait for the kernel before it.
+  template <class Pipeline, class State, class Inputs, class BlockCoord, class KTileIterator, class Storage>
+  CUTLASS_DEVICE void load(Params const& params, Pipeline pipeline, State state, Inputs const& load_inputs,
+                           BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count, int thread_idx,
+                           uint32_t block_rank_in_cluster, Storage& shared_tensors) {
+    if constexpr (OwnCopy) {
+      if (params.x != nullptr) {
+        constexpr int tile_rows = WeightIsA ? cute::size<1>(typename Base::TileShape{})
+                                            : cute::size<0>(typename Base::TileShape{});
+        const int r0 = int(WeightIsA ? cute::get<1>(blk_coord) : cute::get<0>(blk_coord)) * tile_rows;
+        if constexpr (kStageInA) {
+          copy_rows(params, r0, r0 + tile_rows, shared_tensors.smem_A.data());
+        } else {
+          copy_rows(params, r0, r0 + tile_rows, shared_tensors.smem_B.data());
+        }
+      }
+    }
+    Base::load(params, pipeline, state, load_inputs, blk_coord, k_tile_iter, k_tile_count, thread_idx,
+               block_rank_in_cluster, shared_tensors);
+  }
+
+  // Rows [r0, r1) of x into the buffer, its columns [x_k, x_pitch) zero, a block of rows at a
+  // time. A block is one contiguous range of x: the lanes bring it into shared memory as aligned
+  // 16-byte cp.async copies, all in flight together (only the range's ragged ends go element by
+  // element), then write each 16-byte vector of the buffer's rows with one store.
+  template <class Scratch>
+  CUTLASS_DEVICE static void copy_rows(Params const& params, int r0, int r1, Scratch* scratch_ptr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using T = ElementX;
+    constexpr int V = 16 / sizeof(T);
+    const int lane = threadIdx.x % 32;
+    const int k = params.x_k, pitch = params.x_pitch;
+    T const* src = params.x;
+    T* dst = params.x_pad;
+    T* staged = reinterpret_cast<T*>(scratch_ptr);
+    r1 = r1 < params.x_rows ? r1 : params.x_rows;
+    // Rows a block: its range, plus the lead to the 16-byte boundary below it, must fit.
+    const int block = int((kScratchBytes / sizeof(T) - V) / k);
+    for (int ra = r0; ra < r1; ra += block) {
+      const int rb = ra + block < r1 ? ra + block : r1;
+      const int64_t s0 = int64_t(ra) * k, s1 = int64_t(rb) * k;
+      const int64_t base = s0 - int64_t((reinterpret_cast<uintptr_t>(src + s0) & 15) / sizeof(T));
+      const int vectors = int((s1 - base + V - 1) / V);
+      for (int v = lane; v < vectors; v += 32) {
+        const int64_t e = base + int64_t(v) * V;
+        if (e >= s0 && e + V <= s1) {
+          const uint32_t to = uint32_t(__cvta_generic_to_shared(staged + int64_t(v) * V));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(src + e) : "memory");
+        } else {
+          for (int j = 0; j < V; ++j)
+            if (e + j >= s0 && e + j < s1) staged[int64_t(v) * V + j] = src[e + j];
+        }
+      }
+      asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+      __syncwarp();
+      const int row_vectors = pitch / V;
+      for (int i = lane; i < (rb - ra) * row_vectors; i += 32) {
+        const int r = ra + i / row_vectors, c = (i % row_vectors) * V;
+        alignas(16) T out[V];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < V; ++j) out[j] = c + j < k ? staged[int64_t(r) * k + c + j - base] : T(0);
+        *reinterpret_cast<uint4*>(dst + int64_t(r) * pitch + c) = *reinterpret_cast<uint4 const*>(out);
+      }
+      __syncwarp();  // the block's reads of shared memory before the next block's copies
+    }
+    // The writes are the generic proxy's; the TMA loads after them (of the buffer, and into the
+    // shared memory used here) are the async proxy's.
+    asm volatile("fence.proxy.async.global;\nfence.proxy.async.shared::cta;" ::: "memory");
+    __syncwarp();
+#endif
+  }
 };
 
-}  // namespace cutsearch_prefetch
+}  // namespace cutsearch_mainloop

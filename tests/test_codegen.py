@@ -297,12 +297,22 @@ def test_stream_k_kernels_are_built_without_grid_dependency_control():
 @pytest.mark.parametrize("swap_ab", [False, True])
 def test_kernels_launched_early_prefetch_w_which_is_a_only_when_swapped(swap_ab):
     kernel = _render(LAYER, coop(swap_ab=swap_ab))
-    assert (f"using CollectiveMainloop = cutsearch_prefetch::PrefetchWeights<CollectiveMainloopBase, "
-            f"{str(swap_ab).lower()}>;") in kernel.code
-    assert "struct PrefetchWeights" in kernel.code and macro(kernel, "CS_PREFETCH_W") == 1
+    assert (f"using CollectiveMainloop = cutsearch_mainloop::Mainloop<CollectiveMainloopBase, "
+            f"{str(swap_ab).lower()}, false>;") in kernel.code
+    assert "struct Mainloop" in kernel.code and macro(kernel, "CS_PREFETCH_W") == 1
+    assert macro(kernel, "CS_OWN_COPY") == 0  # the persistent producer is capped at 40 registers
     # Stream-K kernels never wait for the copy: their mainloop is CUTLASS's own.
     streamk = _render(LAYER, coop(tile_scheduler="streamk", swap_ab=swap_ab))
-    assert "PrefetchWeights" not in streamk.code and macro(streamk, "CS_PREFETCH_W") == 0
+    assert "cutsearch_mainloop" not in streamk.code and macro(streamk, "CS_PREFETCH_W") == 0
+
+
+@pytest.mark.parametrize("cluster, built", [((1, 1), True), ((2, 1), True), ((1, 2), True), ((2, 2), False)])
+def test_ws_kernels_can_copy_x_themselves_where_a_stage_buffer_is_their_own(cluster, built):
+    config = Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=cluster[0], cluster_n=cluster[1], kernel_schedule="ws",
+                    epilogue_schedule="tma", tile_scheduler="grid", swap_ab=True, pad=True)
+    kernel = _render(Layer(m=64, n=1000, k=187), config)
+    assert (f"cutsearch_mainloop::Mainloop<CollectiveMainloopBase, true, {str(built).lower()}>;") in kernel.code
+    assert macro(kernel, "CS_OWN_COPY") == int(built)
 
 
 # SiLU and GELU are ours (templates/activation.cuh): CUTLASS's take expf and an IEEE division, or

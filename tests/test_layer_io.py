@@ -55,6 +55,7 @@ def test_io_flags_carry_the_layouts_and_overlapped_launches():
     assert io_flags(True, False, {"pdl": 1}) == 5
     assert io_flags(True, True, {"pdl": 0}) == 3
     assert io_flags(False, False, {"pdl": 1, "prefetch": 1}) == 20
+    assert io_flags(False, False, {"own_copy": 1}) == 32
 
 
 def test_every_io_flag_has_the_same_value_in_python_the_launcher_and_the_export_header():
@@ -69,7 +70,7 @@ def test_every_io_flag_has_the_same_value_in_python_the_launcher_and_the_export_
     in_launcher = {n.strip()[3:]: int(v) for n, v in (item.split("=") for item in enum.split(","))}
     header = (TEMPLATES / "cutsearch_fc.h").read_text()
     in_header = {n[3:]: int(v) for n, v in re.findall(r"#define (CS_IO_\w+) (\d+)", header)}
-    assert len(ours) == 5 and ours == in_launcher == in_header
+    assert len(ours) == 6 and ours == in_launcher == in_header
 
 
 def test_the_export_header_passes_the_searched_launch_mode_to_cs_create():

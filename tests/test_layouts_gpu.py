@@ -1,7 +1,7 @@
 """The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
 y stored by the nosmem, staged and direct epilogues, split-K with its reduction kernel or its fixup
-epilogue, the non-persistent ws kernel, overlapped launches, and unaligned x read in place
-through row views.
+epilogue, the non-persistent ws kernel, overlapped launches, unaligned x read in place
+through row views, and x copied by the GEMM itself.
 
 Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
 the float64 reference: a candidate whose result were wrong in a layout would come back as a
@@ -145,6 +145,28 @@ VIEW_CASES = {
     "views-m1-k7-direct": (Layer(m=1, n=333, k=7, dtype="f16", bias=True, activation="relu"), DIRECT),
 }
 CASES.update(VIEW_CASES)
+# x copied by the GEMM itself, with no copy kernel (the ws grid's `own_copy` knob), staged in the
+# stage buffers of the operand no cluster peer multicasts into: swapped alone, swapped with W
+# multicast (1x2) and the direct epilogue, swapped with x multicast (2x1) and K below the k-tile,
+# x as A with x multicast, and rows of x too long for one staged block (x at any offset).
+OWN_COPY_CASES = {
+    "own-copy-m4-swapped": (Layer(m=4, n=1000, k=187, dtype="f16", bias=False),
+                            Config(tile_m=128, tile_n=16, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
+                                   tile_scheduler="grid", swap_ab=True, pad=True)),
+    "own-copy-direct-1x2": (Layer(m=158, n=333, k=78, dtype="bf16", bias=True, activation="silu"),
+                            Config(tile_m=64, tile_n=32, tile_k=64, cluster_n=2, kernel_schedule="ws",
+                                   epilogue_schedule="direct", tile_scheduler="grid", swap_ab=True, pad=True)),
+    "own-copy-k13-2x1-gelu": (Layer(m=37, n=200, k=13, dtype="f16", bias=True, activation="gelu"),
+                              Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
+                                     epilogue_schedule="tma", tile_scheduler="grid", swap_ab=True, pad=True)),
+    "own-copy-x-as-a-1x2": (Layer(m=150, n=256, k=13, dtype="f16", bias=True, activation="relu"),
+                            Config(tile_m=64, tile_n=64, tile_k=64, cluster_n=2, kernel_schedule="ws",
+                                   epilogue_schedule="tma", tile_scheduler="grid", pad=True)),
+    "own-copy-long-rows": (Layer(m=40, n=256, k=3001, dtype="bf16", bias=True),
+                           Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
+                                  tile_scheduler="grid", swap_ab=True, pad=True)),
+}
+CASES.update(OWN_COPY_CASES)
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +253,49 @@ def test_one_row_read_in_place_reads_nothing_past_x(built, name):
 
 
 @pytest.mark.gpu
+def test_x_copied_by_the_gemm_computes_the_layer(built):
+    """Every own-copy variant passes the float64 check, beside the copy kernel it replaces."""
+    with WorkerProcess(0) as worker:
+        for name, (layer, config) in OWN_COPY_CASES.items():
+            knobs = tuple(k for k in knob_grid(config, layer) if not k.pdl)
+            assert {k.own_copy for k in knobs} == ({0, 1} if name != "own-copy-long-rows" else {0}), name
+            if name == "own-copy-long-rows":  # more rows than the search offers it for: forced below
+                continue
+            assert_every_variant_passes(worker, built, name, knobs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(OWN_COPY_CASES))
+def test_x_copied_by_the_gemm_reads_only_x_and_each_call_its_own(built, name):
+    """x starts an odd number of elements into a buffer of NaNs and is followed by more: had the
+    copy read outside x, a NaN would reach y. The second call, on the same pointers, sees new
+    values of x: nothing of the first call's copy is reused."""
+    torch = pytest.importorskip("torch")
+    with created(built, name, own_copy=True) as (layer, kp, lib, handle):
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+        gen = torch.Generator(device="cuda").manual_seed(11)
+        buf = torch.full((layer.m * layer.k + 64,), float("nan"), dtype=dtype, device="cuda")
+        x = buf[3: 3 + layer.m * layer.k].view(layer.m, layer.k)
+        w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
+        w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
+        b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
+        b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+        ws = torch.full((max(16, lib.cs_workspace_size(handle)),), 0xFF, dtype=torch.uint8, device="cuda")  # NaNs
+        y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
+        act = {"none": lambda t: t, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+               "relu": torch.relu}[layer.activation]
+        assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
+        for _ in range(2):
+            x.copy_(torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype))
+            y.fill_(float("nan"))
+            assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
+            torch.cuda.synchronize()
+            want = act(x.double() @ w[: layer.n, : layer.k].double().T + (b[: layer.n].double() if layer.bias else 0))
+            assert bool(torch.isfinite(y).all()), name
+            assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2, name
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["split-k-fixup-ragged", "split-k-fixup-swapped", "split-k-fixup-128x96"])
 def test_the_fixup_computes_the_layer_under_every_raster_and_swizzle(built, name):
     """Every knob the search measures on a fixup kernel, the swizzles that round the grid up
@@ -282,7 +347,7 @@ def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> Measu
 
 
 @contextlib.contextmanager
-def created(built, name: str, splits: int = 1, *, m: int | None = None, views: bool = False):
+def created(built, name: str, splits: int = 1, *, m: int | None = None, views: bool = False, own_copy: bool = False):
     """A case's kernel opened and created for its layer: (layer, kp, lib, handle)."""
     layer, config = CASES[name]
     layer = dataclasses.replace(layer, m=m or layer.m)
@@ -290,7 +355,7 @@ def created(built, name: str, splits: int = 1, *, m: int | None = None, views: b
     lib = open_library(built[name].library)
     handle = ctypes.c_void_p()
     assert lib.cs_create(ctypes.byref(handle), layer.m, layer.n, layer.k, kp.pad_n, kp.pad_k, 0, 1, 1, splits, 0, 0,
-                         io_flags(False, False, {"views": views})) == 0
+                         io_flags(False, False, {"views": views, "own_copy": own_copy})) == 0
     try:
         yield layer, kp, lib, handle
     finally:

@@ -10,7 +10,7 @@ import pytest
 from cutsearch.problem import Layer
 from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, SM_COUNT, TILE_K,
                              TILE_N, Config, Knobs, Space, copies, fitted_tile_n, invalid_reason, kernel_problem,
-                             knob_grid, output_ctas, smem_bytes, split_k_pays,
+                             knob_grid, output_ctas, own_copy_applies, own_copy_built, smem_bytes, split_k_pays,
                              split_k_pitch)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
@@ -381,8 +381,35 @@ def test_a_grid_of_all_the_tiles_has_no_knob_but_the_launch_overlap_of_its_copie
     assert knob_grid(ws, ALIGNED) == [Knobs()]
     # With K padded: x copied (and overlapped with the GEMM, or not, and with W prefetched while
     # the GEMM waits for the copy, or not), or read through row views.
+    # Not copied by the GEMM itself: a tile's 64 rows of x are 125 KiB, more than one warp copies.
     assert knob_grid(dataclasses.replace(ws, pad=True), UNALIGNED_K) == [
         Knobs(), Knobs(views=1), Knobs(pdl=1), Knobs(pdl=1, prefetch=1)]
+
+
+def test_the_gemm_copies_x_itself_only_in_a_kernel_built_for_it_and_rows_that_one_warp_copies():
+    ws = cfg(tile_m=64, tile_n=16, kernel_schedule="ws", tile_scheduler="grid", swap_ab=True, pad=True)
+    small = Layer(m=4, n=1000, k=187)
+    assert own_copy_applies(small, ws) and Knobs(own_copy=1) in knob_grid(ws, small)
+    # The rows a tile reads: min(16, M) x K x 2 bytes, against 16 KiB.
+    assert own_copy_applies(Layer(m=64, n=1000, k=511), ws)  # 16 x 511 x 2 = 16,352 bytes
+    assert not own_copy_applies(Layer(m=64, n=1000, k=513), ws)
+    assert own_copy_applies(Layer(m=8, n=1000, k=1023), ws)  # only 8 rows to a tile
+    # Nothing to copy: K aligned, or x handed over padded.
+    assert not own_copy_applies(Layer(m=4, n=1000, k=192), ws)
+    assert not own_copy_applies(dataclasses.replace(small, input="padded"), ws)
+    # Kernels not built for it: the persistent ones, and a 2x2 cluster (no stage buffer its own).
+    assert not own_copy_applies(small, dataclasses.replace(ws, kernel_schedule="pingpong", tile_scheduler="persistent"))
+    assert not own_copy_built(dataclasses.replace(ws, cluster_m=2, cluster_n=2))
+    assert own_copy_built(dataclasses.replace(ws, cluster_m=2)) and own_copy_built(dataclasses.replace(ws, cluster_n=2))
+    # Under split-K's batch the launcher copies x with its kernel.
+    assert not own_copy_applies(small, dataclasses.replace(ws, split_k=True))
+    # Only where few CTAs write the same rows of x: a tile's rows are written by every tile along
+    # W's N rows, here ceil(N / 64).
+    assert own_copy_applies(Layer(m=4, n=2048, k=187), ws)  # 32 CTAs
+    assert not own_copy_applies(Layer(m=4, n=2049, k=187), ws)  # 33
+    assert not own_copy_applies(Layer(m=4, n=13632, k=187), ws)  # 213: measured slower
+    # A variant of its own: no overlap to choose, no views beside it.
+    assert [k for k in knob_grid(ws, small) if k.own_copy] == [Knobs(own_copy=1)]
 
 
 def test_w_is_prefetched_only_where_the_gemm_waits_for_a_copy_of_x():

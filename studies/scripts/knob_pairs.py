@@ -15,7 +15,7 @@ import argparse
 import json
 import statistics
 
-LABELS = {"prefetch": "the prefetch", "views": "x read in place"}
+LABELS = {"prefetch": "the prefetch", "views": "x read in place", "own_copy": "x copied by the GEMM"}
 
 
 def pairs(recording: dict, knob: str, free: frozenset[str] = frozenset()) -> list[tuple[str, dict, float, float]]:

@@ -13,8 +13,9 @@
 // TMA cannot store rows whose pitch is not a 16-byte multiple, and CUTLASS's nosmem epilogue
 // stores them from the accumulators' own layout: a warp's store then touches eight rows, 2
 // bytes each, and the load/store unit handles one cache line a cycle. Here each warp stages
-// its 16 rows of the accumulator, 32 columns at a time, in shared memory of its own (so it
-// needs no barrier), and writes them back row by row: 32 consecutive elements a store.
+// its 16 rows of the accumulator, 32 columns at a time (16 where the tile's width is not a
+// multiple of 32), in shared memory of its own (so it needs no barrier), and writes them back
+// row by row: 32 (or 16) consecutive elements a store.
 // D = act(alpha * acc + beta * C); C is the bias with a zero stride across y's rows.
 namespace cutsearch_staged {
 
@@ -96,7 +97,9 @@ class StagedEpilogue : public NoWorkspace<Base> {
     // An SM90 GMMA accumulator: ((column pair, row half, 8-column group), MMA_M, MMA_N).
     static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2, "an SM90 GMMA accumulator");
     constexpr int Groups = size<0, 2>(FrgLayout{});
-    constexpr int GroupsPerChunk = Groups < kCols / 8 ? Groups : kCols / 8;
+    // Chunks of equal width that cover every column: a 208-wide tile (26 groups) goes by 2s.
+    constexpr int GroupsPerChunk = Groups % 4 == 0 ? 4 : Groups % 2 == 0 ? 2 : 1;
+    static_assert(GroupsPerChunk * 8 <= kCols && Groups % GroupsPerChunk == 0, "chunks that cover the tile's columns");
     constexpr int Width = GroupsPerChunk * 8;
     constexpr bool RowMajor = is_constant<1, decltype(get<1>(StrideD{}))>::value;
 
@@ -133,9 +136,9 @@ class StagedEpilogue : public NoWorkspace<Base> {
           auto first = tCc(make_coord(make_coord(0, 0, chunk * GroupsPerChunk), mm, nn));
           const int band = int(get<0>(first)) / kRows * kRows;
           const int cols = int(get<1>(first)) / Width * Width;
-          // This lane's elements of the chunk, in store order: row-major y, a store writes 32
-          // consecutive elements of a row; column-major (y^T, or y of a swapped kernel), 16
-          // consecutive elements of two columns.
+          // This lane's elements of the chunk, in store order: row-major y, a store writes Width
+          // consecutive elements of each row it touches; column-major (y^T, or y of a swapped
+          // kernel), 16 consecutive elements of two columns.
           auto row = [&](int s) { const int e = lane + 32 * s; return RowMajor ? e / Width : e % kRows; };
           auto col = [&](int s) { const int e = lane + 32 * s; return RowMajor ? e % Width : e / kRows; };
           auto inside = [&](int s) { return band + row(s) < res_m && cols + col(s) < res_n; };

@@ -53,6 +53,12 @@ CASES = {
     # A CTA tile N between the powers of two (more tiles for the SMs where N is odd).
     "y-staged-tile-n-96": (dataclasses.replace(BASE, m=999, n=333, activation="relu"),
                            dataclasses.replace(STAGED, tile_n=96)),
+    # Tile widths whose 8-column groups do not come in fours (208: 26 groups, 48: 6), stored in
+    # chunks of two; a 208-wide staged tile once left its last 16 columns unwritten.
+    "y-staged-tile-n-208": (dataclasses.replace(BASE, m=74, n=51865, k=256, activation="none"),
+                            dataclasses.replace(STAGED, tile_n=208, pad=False)),
+    "y-staged-swapped-tile-n-48": (dataclasses.replace(BASE, m=999, n=333, dtype="f16", activation="gelu"),
+                                   dataclasses.replace(STAGED, tile_n=48, swap_ab=True)),
     # The direct epilogue: y's unaligned rows from the registers, the bias loaded once, the activation
     # fused; swapped (column-major D), no bias, M = 1 on the ws grid, N below the tile (stream-K).
     "y-direct-silu": (BASE, DIRECT),

@@ -231,7 +231,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
                            mma_define=_EXTENDED_MMA_DEFINE if extended_mma(config) else "",
                            split_k=(2 if fixup else 1) if config.split_k else 0,
-                           split_act=ACTIVATIONS[layer.activation], y_transposed=int(layer.output == "transposed"))
+                           split_act=ACTIVATIONS[layer.activation], split_bias=int(layer.bias),
+                           y_transposed=int(layer.output == "transposed"))
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),

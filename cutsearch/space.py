@@ -417,8 +417,14 @@ def own_copy_built(config: Config) -> bool:
 
 def own_copy_applies(layer: Layer, config: Config) -> bool:
     """Whether the GEMM may copy x itself in place of the copy kernel: a kernel built for it, not
-    under split-K's batch, and only where the rows of x a tile reads are a few one warp copies,
-    written by a few CTAs (every tile along W's rows writes the same ones)."""
+    under split-K, and only where the rows of x a tile reads are a few one warp copies, written
+    by a few CTAs (every tile along W's rows writes the same ones).
+
+    The kernels can copy a slice's columns under split-K too (through the C ABI's flag), but it
+    measured slower: on the H200, 475x64x3961's split-K configs ran at 46.8-56.3 µs with the own
+    copy against 13.7-14.7 µs with the copy kernel (studies/recorded/h200-2026-12-04-random9/).
+    The suspected cause: the warp reads each row's two unaligned ends element by element, row
+    after row."""
     kp = kernel_problem(layer, config)
     if not copies_x(layer, kp) or not own_copy_built(config) or config.split_k:
         return False

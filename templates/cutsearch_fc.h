@@ -60,7 +60,8 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
    calls (they return to zero after each call; a newly bound workspace is zeroed by the next
    cs_run). */
 size_t cs_workspace_size(const cs_layer* layer);
-/* Prepares the kernel's arguments; cheap when the pointers are the same as last time. */
+/* Prepares the kernel's arguments; cheap when the pointers are the same as last time. W is
+   [pad_n, pad_k], bias [pad_n] (not read where the layer has no bias: it may be null). */
 int cs_bind(cs_layer* layer, const void* x, const void* w, const void* bias, void* y, void* workspace);
 /* One layer call on `stream` (a cudaStream_t). Capturable in a CUDA graph once bound. */
 int cs_run(cs_layer* layer, void* stream);

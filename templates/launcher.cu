@@ -23,8 +23,9 @@
 //   CS_IO_W_PREFETCH : with CS_IO_PDL and a copy of x, the GEMM asks L2 for W while it waits
 //                for the copy (templates/mainloop.cuh).
 //   CS_IO_X_OWN_COPY : where x is copied, the GEMM copies it itself, each CTA the rows its tile
-//                reads, with W prefetched meanwhile: no copy kernel (templates/mainloop.cuh).
-//                Ignored by kernels built without it (CS_OWN_COPY 0), and under a batch.
+//                reads (under split-K, its slice's columns of them), with W prefetched meanwhile:
+//                no copy kernel (templates/mainloop.cuh). Ignored by kernels built without it
+//                (CS_OWN_COPY 0), and where those rows' columns do not fit the kernel's staging.
 // W and b must already be laid out by the caller: W as [pad_n, pad_k], b as [pad_n].
 
 // Before any include, for CUTLASS's SM90 kernels to wait for the kernel before them only where
@@ -69,6 +70,7 @@ namespace ${namespace} {
 #define CS_OWN_COPY ${own_copy}
 #define CS_SPLIT_K ${split_k}
 #define CS_SPLIT_ACT ${split_act}
+#define CS_SPLIT_BIAS ${split_bias}
 #define CS_Y_TRANSPOSED ${y_transposed}
 
 // ---- kernel emitted by the CUTLASS Python interface ----------------------------------------
@@ -222,8 +224,9 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   if (h->epilogue_ws) h->kernel_ws = epilogue_ws;
   h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 && !h->k_cut ? size_t(m) * pad_k * sizeof(ElementA) : 0;
 #if CS_OWN_COPY
-  h->own_copy = (io & CS_IO_X_OWN_COPY) && h->x_pad_bytes && h->batches == 1 &&
-                GemmKernel::CollectiveMainloop::copies_rows_of(k);
+  // x is copied only without the views, so the kernel's batch, if any, is split-K's slices.
+  h->own_copy = (io & CS_IO_X_OWN_COPY) && h->x_pad_bytes &&
+                GemmKernel::CollectiveMainloop::copies_rows_of(h->splits > 1 ? h->kk : k);
 #endif
   // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
   h->w_views_bytes = h->views > 1 ? (size_t(h->views) * pad_n + 1) * h->kk * sizeof(ElementA) : 0;
@@ -289,6 +292,7 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
 #if CS_OWN_COPY
   args.mainloop.x = h->own_copy ? x : nullptr;
   args.mainloop.x_k = h->k;
+  args.mainloop.x_pitch = h->pad_k;
 #endif
 #if CS_HAS_BIAS && CS_HAS_ACT
   args.epilogue.thread = {{{}, {static_cast<ElementD const*>(bias)}, {}}, {}};
@@ -367,7 +371,7 @@ int cs_run(cs_layer* h, void* stream) {
   cudaError_t re = cutsearch_reduce::launch_sum_splits<CS_SPLIT_ACT>(
       static_cast<ElementA*>(h->y), (h->io & CS_IO_Y_PADDED) ? h->pad_n : h->n,
       reinterpret_cast<const float*>(y_pad + round_up(h->y_pad_bytes, 256)), h->pad_n, h->m, h->n, h->splits,
-      static_cast<const ElementA*>(h->bias), h->hw.sm_count, s, CS_GDC && pdl);
+      CS_SPLIT_BIAS ? static_cast<const ElementA*>(h->bias) : nullptr, h->hw.sm_count, s, CS_GDC && pdl);
   if (re != cudaSuccess) return fail(h, "launch", cudaGetErrorString(re));
 #endif
   if (h->y_pad_bytes) {
@@ -396,4 +400,5 @@ void cs_destroy(cs_layer* h) { delete h; }
 #undef CS_OWN_COPY
 #undef CS_SPLIT_K
 #undef CS_SPLIT_ACT
+#undef CS_SPLIT_BIAS
 #undef CS_Y_TRANSPOSED

@@ -12,8 +12,8 @@
 // L2 for the CTA's share of W, so that the mainloop's first loads of W hit L2.
 // x copied by the GEMM itself (OwnCopy): no copy kernel, no launch between. Before its first
 // TMA load, the producer warp writes the rows of x its tile reads into the padded buffer (its
-// columns past K zero). CTAs that share rows write the same values, and each TMA load reads
-// only rows its own CTA wrote, so no CTA waits for another.
+// columns past K zero), under split-K only its slice's columns. CTAs that share rows write the
+// same values, and each TMA load reads only what its own CTA wrote, so no CTA waits for another.
 namespace cutsearch_mainloop {
 
 // No prefetch of a W larger than half the H200's 50 MB L2: it would evict what it brought in.
@@ -37,7 +37,8 @@ struct Mainloop : Base {
                                                   : sizeof(decltype(cute::declval<TensorStorage&>().smem_B));
   static constexpr size_t kScratchBytes = kStageBytes < STAGE_BYTES ? kStageBytes : STAGE_BYTES;
 
-  // Whether a row of x of k elements, and the lead to its 16-byte boundary, fits the staging.
+  // Whether k elements of a row of x (a whole row, or a K slice's columns), and the lead to their
+  // 16-byte boundary, fit the staging.
   static constexpr bool copies_rows_of(int k) {
     return OwnCopy && size_t(k) * sizeof(ElementX) + 16 <= kScratchBytes;
   }
@@ -45,7 +46,8 @@ struct Mainloop : Base {
   struct Arguments : Base::Arguments {
     bool prefetch_w = false;  // set where the kernel waits, on the call's copy of x or its own
     void const* x = nullptr;  // x as the caller has it, where the GEMM copies it (OwnCopy)
-    int x_k = 0;              // x's row length; the buffer's pitch is the problem's K
+    int x_k = 0;              // x's row length
+    int x_pitch = 0;          // the buffer's: the problem's K, or under split-K all its slices'
   };
   struct Params : Base::Params {
     char const* w = nullptr;
@@ -53,6 +55,7 @@ struct Mainloop : Base {
     ElementX const* x = nullptr;  // nullptr: x arrives padded
     ElementX* x_pad = nullptr;
     int x_rows = 0, x_k = 0, x_pitch = 0;
+    int x_slice = 0;  // the buffer's columns a CTA reads: the problem's K, one slice under split-K
   };
 
   template <class ProblemShape>
@@ -68,9 +71,9 @@ struct Mainloop : Base {
     void const* x_pad = WeightIsA ? static_cast<void const*>(args.ptr_B) : static_cast<void const*>(args.ptr_A);
     return {{Base::to_underlying_arguments(problem_shape, args, workspace)}, w,
             args.prefetch_w && bytes <= MAX_BYTES ? bytes : 0,
-            OwnCopy && l == 1 ? static_cast<ElementX const*>(args.x) : nullptr,
+            OwnCopy ? static_cast<ElementX const*>(args.x) : nullptr,
             const_cast<ElementX*>(static_cast<ElementX const*>(x_pad)), WeightIsA ? int(n) : int(m), args.x_k,
-            int(k)};
+            args.x_pitch, int(k)};
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
@@ -100,10 +103,11 @@ struct Mainloop : Base {
         constexpr int tile_rows = WeightIsA ? cute::size<1>(typename Base::TileShape{})
                                             : cute::size<0>(typename Base::TileShape{});
         const int r0 = int(WeightIsA ? cute::get<1>(blk_coord) : cute::get<0>(blk_coord)) * tile_rows;
+        const int c0 = int(cute::get<3>(blk_coord)) * params.x_slice;  // the batch: split-K's slice
         if constexpr (kStageInA) {
-          copy_rows(params, r0, r0 + tile_rows, shared_tensors.smem_A.data());
+          copy_rows(params, r0, r0 + tile_rows, c0, shared_tensors.smem_A.data());
         } else {
-          copy_rows(params, r0, r0 + tile_rows, shared_tensors.smem_B.data());
+          copy_rows(params, r0, r0 + tile_rows, c0, shared_tensors.smem_B.data());
         }
       }
     }
@@ -111,46 +115,51 @@ struct Mainloop : Base {
                block_rank_in_cluster, shared_tensors);
   }
 
-  // Rows [r0, r1) of x into the buffer, its columns [x_k, x_pitch) zero, a block of rows at a
-  // time. A block is one contiguous range of x: the lanes bring it into shared memory as aligned
-  // 16-byte cp.async copies, all in flight together (only the range's ragged ends go element by
-  // element), then write each 16-byte vector of the buffer's rows with one store.
+  // Rows [r0, r1) of x into the buffer's columns [c0, c0 + x_slice), those past K zero, a block
+  // of rows at a time. The block's part of x is one contiguous range where the columns are whole
+  // rows, else a range per row. The lanes bring the ranges into shared memory as aligned 16-byte
+  // cp.async copies, all in flight together (only a range's ragged ends go element by element),
+  // then write each 16-byte vector of the buffer's rows with one store.
   template <class Scratch>
-  CUTLASS_DEVICE static void copy_rows(Params const& params, int r0, int r1, Scratch* scratch_ptr) {
+  CUTLASS_DEVICE static void copy_rows(Params const& params, int r0, int r1, int c0, Scratch* scratch_ptr) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using T = ElementX;
     constexpr int V = 16 / sizeof(T);
+    constexpr int kScratch = int(kScratchBytes / sizeof(T));
     const int lane = threadIdx.x % 32;
     const int k = params.x_k, pitch = params.x_pitch;
+    const int c1 = c0 + params.x_slice, ce = c1 < k ? c1 : k;  // x's columns of the slice: [c0, ce)
+    const int64_t len = ce > c0 ? ce - c0 : 0;
+    const bool whole = c0 == 0 && ce == k;
     T const* src = params.x;
     T* dst = params.x_pad;
     T* staged = reinterpret_cast<T*>(scratch_ptr);
     r1 = r1 < params.x_rows ? r1 : params.x_rows;
-    // Rows a block: its range, plus the lead to the 16-byte boundary below it, must fit.
-    const int block = int((kScratchBytes / sizeof(T) - V) / k);
+    // Rows a block: each range, plus the lead to the 16-byte boundary below it, must fit.
+    const int row_stride = whole ? k : int((len + 2 * V - 1) / V * V);
+    const int block = whole ? (kScratch - V) / k : kScratch / row_stride;
     for (int ra = r0; ra < r1; ra += block) {
       const int rb = ra + block < r1 ? ra + block : r1;
-      const int64_t s0 = int64_t(ra) * k, s1 = int64_t(rb) * k;
-      const int64_t base = s0 - int64_t((reinterpret_cast<uintptr_t>(src + s0) & 15) / sizeof(T));
-      const int vectors = int((s1 - base + V - 1) / V);
-      for (int v = lane; v < vectors; v += 32) {
-        const int64_t e = base + int64_t(v) * V;
-        if (e >= s0 && e + V <= s1) {
-          const uint32_t to = uint32_t(__cvta_generic_to_shared(staged + int64_t(v) * V));
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(src + e) : "memory");
-        } else {
-          for (int j = 0; j < V; ++j)
-            if (e + j >= s0 && e + j < s1) staged[int64_t(v) * V + j] = src[e + j];
+      int lead = 0;  // where the block's range starts in shared memory (whole rows)
+      if (whole) {
+        lead = stage(src, int64_t(ra) * k, int64_t(rb) * k, staged, lane);
+      } else {
+        for (int r = ra; r < rb; ++r) {
+          const int64_t s0 = int64_t(r) * k + c0;
+          stage(src, s0, s0 + len, staged + (r - ra) * row_stride, lane);
         }
       }
       asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
       __syncwarp();
-      const int row_vectors = pitch / V;
+      const int row_vectors = (c1 - c0) / V;
       for (int i = lane; i < (rb - ra) * row_vectors; i += 32) {
-        const int r = ra + i / row_vectors, c = (i % row_vectors) * V;
+        const int r = ra + i / row_vectors, c = c0 + (i % row_vectors) * V;
+        // Row r's first column of the slice in shared memory.
+        T const* row = whole ? staged + lead + int64_t(r - ra) * k
+                             : staged + (r - ra) * row_stride + lead_of(src + int64_t(r) * k + c0);
         alignas(16) T out[V];
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < V; ++j) out[j] = c + j < k ? staged[int64_t(r) * k + c + j - base] : T(0);
+        for (int j = 0; j < V; ++j) out[j] = c + j < k ? row[c + j - c0] : T(0);
         *reinterpret_cast<uint4*>(dst + int64_t(r) * pitch + c) = *reinterpret_cast<uint4 const*>(out);
       }
       __syncwarp();  // the block's reads of shared memory before the next block's copies
@@ -159,6 +168,35 @@ struct Mainloop : Base {
     // shared memory used here) are the async proxy's.
     asm volatile("fence.proxy.async.global;\nfence.proxy.async.shared::cta;" ::: "memory");
     __syncwarp();
+#endif
+  }
+
+  // Elements of x from p down to the 16-byte boundary at or below it.
+  CUTLASS_DEVICE static int lead_of(ElementX const* p) {
+    return int((reinterpret_cast<uintptr_t>(p) & 15) / sizeof(ElementX));
+  }
+
+  // x's elements [s0, s1) into shared memory from `to` on, from the 16-byte boundary at or below
+  // s0: cp.async copies issued by the warp's lanes, not yet waited for. Returns the lead.
+  CUTLASS_DEVICE static int stage(ElementX const* src, int64_t s0, int64_t s1, ElementX* to, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int V = 16 / sizeof(ElementX);
+    const int lead = lead_of(src + s0);
+    const int64_t base = s0 - lead;
+    const int vectors = int((s1 - base + V - 1) / V);
+    for (int v = lane; v < vectors; v += 32) {
+      const int64_t e = base + int64_t(v) * V;
+      if (e >= s0 && e + V <= s1) {
+        const uint32_t at = uint32_t(__cvta_generic_to_shared(to + int64_t(v) * V));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(src + e) : "memory");
+      } else {
+        for (int j = 0; j < V; ++j)
+          if (e + j >= s0 && e + j < s1) to[int64_t(v) * V + j] = src[e + j];
+      }
+    }
+    return lead;
+#else
+    return 0;
 #endif
   }
 };

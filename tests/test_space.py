@@ -401,8 +401,9 @@ def test_the_gemm_copies_x_itself_only_in_a_kernel_built_for_it_and_rows_that_on
     assert not own_copy_applies(small, dataclasses.replace(ws, kernel_schedule="pingpong", tile_scheduler="persistent"))
     assert not own_copy_built(dataclasses.replace(ws, cluster_m=2, cluster_n=2))
     assert own_copy_built(dataclasses.replace(ws, cluster_m=2)) and own_copy_built(dataclasses.replace(ws, cluster_n=2))
-    # Under split-K's batch the launcher copies x with its kernel.
+    # Not under split-K, where it measured slower than the copy kernel (the kernel can).
     assert not own_copy_applies(small, dataclasses.replace(ws, split_k=True))
+    assert not any(k.own_copy for k in knob_grid(dataclasses.replace(ws, split_k=True), Layer(m=64, n=64, k=3961)))
     # Only where few CTAs write the same rows of x: a tile's rows are written by every tile along
     # W's N rows, here ceil(N / 64).
     assert own_copy_applies(Layer(m=4, n=2048, k=187), ws)  # 32 CTAs

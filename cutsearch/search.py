@@ -74,14 +74,18 @@ def distributions(space: Space) -> dict[str, CategoricalDistribution]:
     return {name: CategoricalDistribution(list(choices)) for name, choices in space.dimensions().items()}
 
 
+def check_sampler(name: str) -> None:
+    if name not in SAMPLERS:
+        raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+
+
 def make_sampler(name: str, *, seed: int, batch: int, trials: int) -> optuna.samplers.BaseSampler:
+    check_sampler(name)
     if name == "tpe":
         # constant_liar keeps the members of one batch apart while their results are pending.
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                           n_startup_trials=max(batch, min(16, trials // 4)))
-    if name in ("random", "model"):
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+    return optuna.samplers.RandomSampler(seed=seed)  # "model" orders its own trials
 
 
 def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseStorage,

@@ -21,7 +21,7 @@ from cutsearch import persist
 from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
 from cutsearch.problem import Layer
-from cutsearch.search import BATCH_PER_JOB, SearchResult, default_cache_dir, search
+from cutsearch.search import BATCH_PER_JOB, SearchResult, check_sampler, default_cache_dir, search
 from cutsearch.verdict import TrialRecord
 from cutsearch.space import DEFAULT_STAGES, STAGES, Space, transforms
 from cutsearch.workspace import Workspace
@@ -65,7 +65,7 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
     only where K is long and they would leave most SMs idle (space.split_k_pays).
     `prune` lets TPE skip the configs the cost model rates hopeless.
     """
-    check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm)
+    check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm, sampler=sampler)
     ws = workspace or Workspace()
     name = Workspace.check_name(study or layer.name or layer.slug)
     ws.writable()
@@ -106,9 +106,10 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
 
 
 def check_options(*, trials: int, gpu: int, jobs: int | None, batch: int | None, seed: int = 0,
-                  warm: int | None = None) -> None:
+                  warm: int | None = None, sampler: str = "tpe") -> None:
     """The options every command that tunes shares (search, worker, suite), checked before anything
-    is written."""
+    is written or a GPU is opened."""
+    check_sampler(sampler)
     if trials <= 0:
         raise UserError(f"--trials must be positive, got {trials}")
     if gpu < 0:

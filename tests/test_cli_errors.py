@@ -384,7 +384,8 @@ def test_bad_throughput_benchmark_options_are_one_line(tmp_path, args, fragment)
     (["--seed", "4294967296"], "--seed must be in [0, 2**32)"),
     (["--warm", "-1"], "--warm must be 0 or more"),
     (["--trials", "0"], "--trials must be positive"),
-], ids=["negative-seed", "seed-too-large", "negative-warm", "no-trials"])
+    (["--sampler", "nope"], "unknown sampler 'nope': choose one of tpe, random, model"),
+], ids=["negative-seed", "seed-too-large", "negative-warm", "no-trials", "sampler"])
 def test_a_bad_option_is_one_line_before_anything_is_written(studies, args, fragment):
     one_line_error(cutsearch("search", *LAYER, *REPLAY, *args), fragment)
     assert nothing_written(studies)

@@ -77,7 +77,8 @@ def search_cmd(
 
     layer = _layer(m, n, k, dtype, bias, activation, layer_file, (input_layout, output_layout))
     seconds = parse_duration(timeout)
-    tuner.check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm)  # before any notice
+    tuner.check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm,
+                        sampler=sampler)  # before any notice
     command = "cutsearch " + shlex.join(sys.argv[1:])
     if evaluator == "model":
         err.print("[yellow]--evaluator model: every time below is a model prediction, not a measurement[/]")

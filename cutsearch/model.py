@@ -268,6 +268,10 @@ def warm_start(layer: Layer, configs: list[Config], count: int) -> list[Config]:
         for c in pair:
             if c not in merged and len(merged) < count:
                 merged.append(c)
+    # Each list ends in its best stream-K config (diverse_top), which the interleaving above cuts.
+    streamk = next((c for c in picks[0] if c.tile_scheduler == "streamk"), None)
+    if streamk is not None and streamk not in merged and len(merged) == count:
+        merged[-1] = streamk
     return merged
 
 

@@ -420,11 +420,10 @@ def own_copy_applies(layer: Layer, config: Config) -> bool:
     under split-K, and only where the rows of x a tile reads are a few one warp copies, written
     by a few CTAs (every tile along W's rows writes the same ones).
 
-    The kernels can copy a slice's columns under split-K too (through the C ABI's flag), but it
-    measured slower: on the H200, 475x64x3961's split-K configs ran at 46.8-56.3 µs with the own
-    copy against 13.7-14.7 µs with the copy kernel (studies/recorded/h200-2026-12-04-random9/).
-    The suspected cause: the warp reads each row's two unaligned ends element by element, row
-    after row."""
+    The kernels can copy a slice's columns under split-K too (through the C ABI's flag), but on
+    the H200 it lost to the copy kernel in all 11 pairs of 475x64x3961 and 8x512x12001, by
+    2.7-21.6 µs, with the rows' unaligned ends loaded in batches
+    (studies/recorded/h200-2026-12-04-own-copy-split-k/)."""
     kp = kernel_problem(layer, config)
     if not copies_x(layer, kp) or not own_copy_built(config) or config.split_k:
         return False
@@ -433,7 +432,9 @@ def own_copy_applies(layer: Layer, config: Config) -> bool:
     return rows * layer.k * BYTES[layer.dtype] <= OWN_COPY_MAX_BYTES and writers <= OWN_COPY_MAX_WRITERS
 
 
-OWN_COPY_MAX_BYTES = 16 << 10  # half the staging in shared memory (templates/mainloop.cuh, STAGE_BYTES)
+# A tile's rows of x, at most. 16 rows of 700 (22.4 KB) were 6.5 µs slower than the copy kernel
+# on the H200 (studies/recorded/h200-2026-12-04-own-copy-split-k/).
+OWN_COPY_MAX_BYTES = 16 << 10
 # On the H200, with 3 and 19 CTAs writing each row of x the GEMM's own copy was 0.0-1.4 µs faster
 # than the best call with a copy kernel; with 107 and 131 it was 1.7-2.2 µs slower: the writes of
 # the same bytes queue (studies/recorded/h200-2026-12-04-own-copy/).

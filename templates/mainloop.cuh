@@ -118,7 +118,7 @@ struct Mainloop : Base {
   // Rows [r0, r1) of x into the buffer's columns [c0, c0 + x_slice), those past K zero, a block
   // of rows at a time. The block's part of x is one contiguous range where the columns are whole
   // rows, else a range per row. The lanes bring the ranges into shared memory as aligned 16-byte
-  // cp.async copies, all in flight together (only a range's ragged ends go element by element),
+  // cp.async copies, all in flight together, and the ranges' ragged ends element by element,
   // then write each 16-byte vector of the buffer's rows with one store.
   template <class Scratch>
   CUTLASS_DEVICE static void copy_rows(Params const& params, int r0, int r1, int c0, Scratch* scratch_ptr) {
@@ -142,12 +142,19 @@ struct Mainloop : Base {
       const int rb = ra + block < r1 ? ra + block : r1;
       int lead = 0;  // where the block's range starts in shared memory (whole rows)
       if (whole) {
-        lead = stage(src, int64_t(ra) * k, int64_t(rb) * k, staged, lane);
+        const int64_t s0 = int64_t(ra) * k, s1 = int64_t(rb) * k;
+        lead = stage(src, s0, s1, staged, lane);
+        stage_ends(src, 1, [&](int) { return Range{s0, s1, staged}; }, lane);
       } else {
-        for (int r = ra; r < rb; ++r) {
-          const int64_t s0 = int64_t(r) * k + c0;
-          stage(src, s0, s0 + len, staged + (r - ra) * row_stride, lane);
+        auto row = [&](int q) {
+          const int64_t s0 = int64_t(ra + q) * k + c0;
+          return Range{s0, s0 + len, staged + q * row_stride};
+        };
+        for (int q = 0; q < rb - ra; ++q) {
+          const Range at = row(q);
+          stage(src, at.s0, at.s1, at.to, lane);
         }
+        stage_ends(src, rb - ra, row, lane);
       }
       asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
       __syncwarp();
@@ -176,8 +183,15 @@ struct Mainloop : Base {
     return int((reinterpret_cast<uintptr_t>(p) & 15) / sizeof(ElementX));
   }
 
-  // x's elements [s0, s1) into shared memory from `to` on, from the 16-byte boundary at or below
-  // s0: cp.async copies issued by the warp's lanes, not yet waited for. Returns the lead.
+  // x's elements [s0, s1), staged in shared memory from `to` on, from the 16-byte boundary at or
+  // below s0.
+  struct Range {
+    int64_t s0, s1;
+    ElementX* to;
+  };
+
+  // A range's whole 16-byte vectors: cp.async copies issued by the warp's lanes, not yet waited
+  // for. Returns the lead.
   CUTLASS_DEVICE static int stage(ElementX const* src, int64_t s0, int64_t s1, ElementX* to, int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int V = 16 / sizeof(ElementX);
@@ -189,14 +203,47 @@ struct Mainloop : Base {
       if (e >= s0 && e + V <= s1) {
         const uint32_t at = uint32_t(__cvta_generic_to_shared(to + int64_t(v) * V));
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(src + e) : "memory");
-      } else {
-        for (int j = 0; j < V; ++j)
-          if (e + j >= s0 && e + j < s1) to[int64_t(v) * V + j] = src[e + j];
       }
     }
     return lead;
 #else
     return 0;
+#endif
+  }
+
+  // The ragged first and last vectors of ranges 0..n-1 (range(q) gives each), element by element.
+  // The warp's lanes share the elements of all the ranges, and each lane issues a batch of loads
+  // before it stores any, so that the loads' latencies overlap rather than add up range by range.
+  template <class RangeOf>
+  CUTLASS_DEVICE static void stage_ends(ElementX const* src, int n, RangeOf range, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int V = 16 / sizeof(ElementX);
+    constexpr int kBatch = 8;  // loads in flight per lane
+    const int slots = n * 2 * V;  // a range's slots: its first vector's V elements, then its last's
+    for (int t0 = lane; t0 < slots; t0 += 32 * kBatch) {
+      ElementX got[kBatch];
+      ElementX* at[kBatch];
+      CUTLASS_PRAGMA_UNROLL
+      for (int b = 0; b < kBatch; ++b) {
+        const int t = t0 + 32 * b;
+        at[b] = nullptr;
+        if (t >= slots) continue;
+        const Range r = range(t / (2 * V));
+        const int64_t first = r.s0 - lead_of(src + r.s0);
+        const int64_t last = r.s1 > first ? first + (r.s1 - first - 1) / V * V : first;
+        const bool is_last = (t / V) % 2;
+        const int64_t v = is_last ? last : first;  // the vector's first element
+        const int64_t e = v + t % V;
+        const bool whole = v >= r.s0 && v + V <= r.s1;  // copied by stage
+        if (!whole && !(is_last && last == first) && e >= r.s0 && e < r.s1) {
+          got[b] = src[e];
+          at[b] = r.to + (e - first);
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int b = 0; b < kBatch; ++b)
+        if (at[b] != nullptr) *at[b] = got[b];
+    }
 #endif
   }
 };

@@ -219,6 +219,18 @@ def test_warm_start_evaluates_the_models_diverse_top_first():
     assert set(run.order[:4]) == top  # the first batch is the warm start, whatever it finds
 
 
+def test_a_new_studys_first_batch_measures_the_models_best_stream_k_config():
+    """The model knows least about stream-K, so its best stream-K config is in the first batch.
+    The interleaving of the three rankings used to cut it: a drawn 1804x320x2880 layer's 32
+    trials on the H200 held no stream-K config at all."""
+    layer = Layer(m=1804, n=320, k=2880, dtype="bf16", bias=True, activation="gelu")
+    configs = list(Space(layer))
+    picks = model.warm_start(layer, configs, 16)
+    best = next(c for _, c in model.rank(layer, configs, model.CALIBRATED) if c.tile_scheduler == "streamk")
+    assert len(picks) == 16 and len(set(picks)) == 16
+    assert [c for c in picks if c.tile_scheduler == "streamk"] == [best]
+
+
 def test_replays_are_reproducible_per_seed():
     rec = synthetic()
     a = replay_strategy(rec, "tpe", seed=5, batch=4)

@@ -5,6 +5,7 @@
 # .kcache.tgz (configs_bench.py --build-only) saves the builds. Writes $OUT/pairs.txt, and the
 # recordings and logs in $OUT/KNOB.tgz.
 #   KNOB=own_copy FREE=pdl,prefetch,views h200-knob-pairs.sh TOML NAME:CONFIG[,CONFIG...] [...]
+# BENCH=SCRIPT measures with another script of configs_bench.py's arguments (own_copy_trial.py).
 set -u
 here=$(dirname "$0")
 toml=$1; shift
@@ -18,7 +19,7 @@ if [ -n "${TESTS:-}" ]; then
 fi
 for spec in "$@"; do
   name=${spec%%:*} configs=${spec#*:}
-  timeout "${LAYER_TIMEOUT:-150}" python3 "$here/configs_bench.py" "$OUT/$KNOB/$KNOB-$name.json" "$toml" "$name" \
+  timeout "${LAYER_TIMEOUT:-150}" python3 "$here/${BENCH:-configs_bench.py}" "$OUT/$KNOB/$KNOB-$name.json" "$toml" "$name" \
     ${configs//,/ } --cache /tmp/kc --jobs "$(nproc)" > "$OUT/$KNOB/$KNOB-$name.log" 2>&1 || echo "$name: exit $?"
 done
 python3 "$here/knob_pairs.py" "$OUT/$KNOB"/"$KNOB"-*.json --knob "$KNOB" --free "${FREE:-}" | tee "$OUT/pairs.txt"

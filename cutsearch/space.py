@@ -427,9 +427,17 @@ def own_copy_applies(layer: Layer, config: Config) -> bool:
     kp = kernel_problem(layer, config)
     if not copies_x(layer, kp) or not own_copy_built(config) or config.split_k:
         return False
+    tile_bytes, writers = own_copy_load(layer, config, layer.k)
+    return tile_bytes <= OWN_COPY_MAX_BYTES and writers <= OWN_COPY_MAX_WRITERS
+
+
+def own_copy_load(layer: Layer, config: Config, columns: int) -> tuple[int, int]:
+    """What the GEMM's own copy of x costs a CTA: the bytes it copies (its tile's rows, `columns`
+    of each), and the CTAs that write each of those rows (every tile along W's rows)."""
+    kp = kernel_problem(layer, config)
     rows = min(config.tile_n if config.swap_ab else config.tile_m, layer.m)
     writers = math.ceil(kp.pad_n / (config.tile_m if config.swap_ab else config.tile_n))
-    return rows * layer.k * BYTES[layer.dtype] <= OWN_COPY_MAX_BYTES and writers <= OWN_COPY_MAX_WRITERS
+    return rows * columns * BYTES[layer.dtype], writers
 
 
 # A tile's rows of x, at most. 16 rows of 700 (22.4 KB) were 6.5 µs slower than the copy kernel

@@ -11,12 +11,12 @@ With h200-knob-pairs.sh: BENCH=own_copy_trial.py KNOB=own_copy FREE=pdl,prefetch
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import configs_bench
 import cutsearch.evaluator
 from cutsearch.problem import Layer
-from cutsearch.space import BYTES, OWN_COPY_MAX_WRITERS, Config, Knobs, copies_x, kernel_problem, knob_grid, own_copy_built
+from cutsearch.space import (OWN_COPY_MAX_WRITERS, Config, Knobs, copies_x, kernel_problem, knob_grid,
+                             own_copy_built, own_copy_load)
 
 TRIAL_MAX_BYTES = 32 << 10  # the staging in shared memory (templates/mainloop.cuh, STAGE_BYTES)
 
@@ -25,10 +25,8 @@ def applies(layer: Layer, config: Config, splits: int) -> bool:
     kp = kernel_problem(layer, config)
     if not copies_x(layer, kp) or not own_copy_built(config):
         return False
-    rows = min(config.tile_n if config.swap_ab else config.tile_m, layer.m)
-    columns = kp.k // splits if config.split_k else layer.k
-    writers = math.ceil(kp.pad_n / (config.tile_m if config.swap_ab else config.tile_n))
-    return rows * columns * BYTES[layer.dtype] <= TRIAL_MAX_BYTES and writers <= OWN_COPY_MAX_WRITERS
+    tile_bytes, writers = own_copy_load(layer, config, kp.k // splits if config.split_k else layer.k)
+    return tile_bytes <= TRIAL_MAX_BYTES and writers <= OWN_COPY_MAX_WRITERS
 
 
 def trial_grid(config: Config, layer: Layer) -> list[Knobs]:

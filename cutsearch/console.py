@@ -67,7 +67,8 @@ class ProgressView:
             self.failed += data.get("failure") is not None
             self.progress.advance(self.task)
         elif name == "reaped":
-            self.console.print(f"reaped {len(data['trials'])} trial(s) left RUNNING by a killed run")
+            again = f"; {len(data['requeued'])} config(s) queued again" if data.get("requeued") else ""
+            self.console.print(f"reaped {len(data['trials'])} trial(s) left RUNNING by a killed run{again}")
         elif name == "timeout":
             # Checked between batches: a batch already building is finished, so a run can pass its limit.
             self.console.print(f"time limit of {data['limit_s']:g} s passed (now {data['elapsed_s']:.0f} s): "

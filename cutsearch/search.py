@@ -40,6 +40,7 @@ MAX_ASKS_PER_SLOT = 200  # proposals tried per batch slot before the space count
 # The race at the end of a search: its contenders (verdict.contenders) and cuBLAS, timed again
 # in RACE_ROUNDS interleaved rounds.
 RACE_ROUNDS = 5
+RETRIES = 2  # times a config that killed runs left unfinished is queued again (_requeue)
 Events = Callable[[str, dict[str, Any]], None]
 
 
@@ -256,11 +257,14 @@ class _Run:
         """Ask, build and measure batches until the study holds `trials` evaluated trials (told by
         any worker), `timeout_s` has passed since `start`, or the sampler proposes nothing new."""
         stalled = 0
+        hopeless = set(hopeless)
         with storage_mod.Heartbeat(self.study) as heartbeat:
             while True:
                 reaped = storage_mod.reap_stale(self.study)  # trials of runs that died, here or elsewhere
                 if reaped:
-                    _emit(self.events, "reaped", trials=reaped)
+                    requeued = _requeue(self.study, reaped)
+                    hopeless -= set(requeued)  # chosen once already: the model's tail must not refuse them now
+                    _emit(self.events, "reaped", trials=reaped, requeued=requeued)
                 done = _evaluated(self.study)
                 remaining = trials - done
                 if remaining <= 0:
@@ -470,6 +474,44 @@ def _upload_logs(store: Any, study: optuna.Study, trial: optuna.Trial, ev: Evalu
                 log.warning("could not store artifact %s of trial %d: %s", name, trial.number, exc)
 
 
+def _requeue(study: optuna.Study, reaped: list[int]) -> list[str]:
+    """Queue again the configs of `reaped` trials that nothing has evaluated since, and give
+    their keys. The sampler learns nothing from a failed trial, so without this a run killed
+    mid-batch loses what it had chosen to build: a whole warm start, if killed in the first.
+    A config interrupted RETRIES times is left to the sampler."""
+    trials = study.get_trials(deepcopy=False)
+    interrupted: collections.Counter[str] = collections.Counter()
+    settled, waiting = set(), set()
+    for t in trials:
+        key = _config_key(t.system_attrs.get("fixed_params", t.params))
+        if key is None:
+            continue
+        if t.state == TrialState.WAITING:
+            waiting.add(key)
+        elif _counts(t):
+            settled.add(key)
+        elif (t.user_attrs.get("failure") or {}).get("kind") == "interrupted":
+            interrupted[key] += 1
+    requeued = []
+    for t in trials:
+        key = _config_key(t.params)
+        if t.number not in reaped or key is None or key in settled | waiting or interrupted[key] > RETRIES:
+            continue
+        study.enqueue_trial(dict(t.params))
+        waiting.add(key)
+        requeued.append(key)
+    return requeued
+
+
+def _config_key(params: dict[str, Any]) -> str | None:
+    """The key of the config a trial's params describe; None where it sampled none yet, or is
+    not a cutsearch trial."""
+    try:
+        return Space.config_from_params(params).key
+    except (KeyError, ValueError):
+        return None
+
+
 def _counts(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a finished trial used the budget: not a refused proposal, not a killed run's."""
     return (trial.state.is_finished() and not trial.user_attrs.get("rule_invalid")
@@ -483,13 +525,7 @@ def _evaluated(study: optuna.Study) -> int:
 
 def _in_flight(running: list[optuna.trial.FrozenTrial], key: str) -> int | None:
     """The number of a running trial (of any process) that evaluates config `key`."""
-    for t in running:
-        try:
-            if Space.config_from_params(t.params).key == key:
-                return t.number
-        except (KeyError, ValueError):  # not sampled yet, or not a cutsearch trial
-            continue
-    return None
+    return next((t.number for t in running if _config_key(t.params) == key), None)
 
 
 def _invalid(config: Config, reason: str, source: str) -> Evaluation:

@@ -412,6 +412,11 @@ def test_killed_recorded_search_resumes_to_its_budget(tmp_path, private_dirs):
     for n in running:
         assert by_number[n].state == TrialState.FAIL
         assert by_number[n].user_attrs["failure"]["kind"] == "interrupted"
+    # What the killed run was evaluating is queued again and evaluated, not left to the sampler.
+    assert "config(s) queued again" in rerun.stderr
+    evaluated = {Space.config_from_params(t.params).key for t in counted(final)}
+    for n in running:
+        assert Space.config_from_params(by_number[n].params).key in evaluated, f"trial {n}'s config was dropped"
     results = json.loads((studies / "results" / "killed.json").read_text())
     assert results["source"] == "recorded" and results["study"] == "killed"
 
@@ -618,3 +623,27 @@ def test_a_time_limit_stops_new_batches_and_finishes_the_one_in_flight(tmp_path)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     (stop,) = [data for name, data in heard if name == "timeout"]
     assert stop["limit_s"] == 0.1 and stop["elapsed_s"] >= 0.6
+
+
+def test_an_interrupted_config_is_queued_again_until_its_retries_run_out(tmp_path):
+    from cutsearch import search as search_mod, storage as storage_mod
+
+    study = optuna.create_study(study_name="retry", storage=storage_mod.open_storage(tmp_path / "journal.log"))
+    dists = search_mod.distributions(ASR_SPACE)
+    lost, measured = list(ASR_SPACE)[:2]
+    for config in (lost, measured, measured):
+        study.enqueue_trial(Space.params_from_config(config))
+    for _ in range(2):
+        study.ask(dists)  # asked, never claimed: the asking process died
+    done = study.ask(dists)  # `measured` again, evaluated by a later run before the reaping
+    assert Space.config_from_params(done.params).key == measured.key
+    study.tell(done, 1.0)
+    requeued = []
+    for _ in range(search_mod.RETRIES + 2):
+        reaped = storage_mod.reap_stale(study)
+        requeued.append(search_mod._requeue(study, reaped))
+        waiting = [t for t in study.get_trials() if t.state == TrialState.WAITING]
+        if waiting:
+            assert [Space.config_from_params(t.system_attrs["fixed_params"]).key for t in waiting] == [lost.key]
+            study.ask(dists)  # the retry is asked, and its run is killed too
+    assert requeued == [[lost.key]] * search_mod.RETRIES + [[], []]

@@ -228,3 +228,21 @@ def test_the_suite_history_script_reads_every_recorded_run():
     latest = {r["name"]: r for r in json.loads(
         (root / "studies" / "results" / "suite-nvidia-h200-2026-12-03.json").read_text())["records"]}["small_batch-f16"]
     assert f"{'fourteenth':<11} {latest['cublas_us']:8.2f} {latest['kernel_us']:8.2f}" in out
+
+
+def test_the_round_order_script_reproduces_its_result_and_use_export_balances_the_order():
+    """Recorded H200 data: FINDINGS' figures on the order of use_export.py's rounds come from this
+    script, and the script now times a number of rounds that each call's turn to go first divides."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "studies" / "scripts" / "round_order.py")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    summary = json.loads(out)
+    recorded = json.loads((root / "studies" / "results" / "round-order-recorded.json").read_text())["summary"]
+    assert summary == recorded
+    assert summary["faster_when_first"] == 38 and round(summary["reported_over_balanced_median"], 3) == 1.005
+    tree = ast.parse((root / "studies" / "scripts" / "use_export.py").read_text())
+    rounds = next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                  and [t.id for t in node.targets] == ["ROUNDS"])
+    assert rounds % 2 == 0 and rounds % 3 == 0  # the export and F.linear, and torch.mm where timed

@@ -232,7 +232,7 @@ def test_the_suite_history_script_reads_every_recorded_run():
 
 def test_the_round_order_script_reproduces_its_result_and_use_export_balances_the_order():
     """Recorded H200 data: FINDINGS' figures on the order of use_export.py's rounds come from this
-    script, and the script now times a number of rounds that each call's turn to go first divides."""
+    script; use_export.py now times a number of rounds in which each call goes first equally often."""
     import ast
 
     root = Path(__file__).resolve().parent.parent

@@ -128,8 +128,9 @@ def test_bad_layer_file_is_one_line_and_writes_nothing(studies, tmp_path, conten
     assert nothing_written(studies)
 
 
-def test_zero_trials_is_one_line_and_leaves_an_empty_study(studies):
+def test_zero_trials_is_one_line_and_writes_nothing(studies):
     one_line_error(cutsearch("search", *LAYER, *REPLAY, "--trials", "0"), "--trials must be positive")
+    assert nothing_written(studies)
 
 
 # ---- the toolkit -------------------------------------------------------------------------------------
@@ -417,6 +418,8 @@ def test_a_study_that_cutsearch_did_not_make_is_not_taken_over(studies):
     study = optuna.create_study(study_name="foreign", storage=storage.open_storage(journal))
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     one_line_error(cutsearch("search", *LAYER, *REPLAY, "--study", "foreign"), "was not made by cutsearch")
+    after = optuna.load_study(study_name="foreign", storage=storage.open_storage(journal))
+    assert len(after.trials) == 2 and after.user_attrs == study.user_attrs == {}
 
 
 @pytest.mark.parametrize(("table", "fragment"), [

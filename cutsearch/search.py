@@ -495,7 +495,7 @@ def _requeue(study: optuna.Study, reaped: list[int]) -> list[str]:
     requeued = []
     for t in trials:
         key = _config_key(t.params)
-        if t.number not in reaped or key is None or key in settled | waiting or interrupted[key] > RETRIES:
+        if t.number not in reaped or key is None or key in settled or key in waiting or interrupted[key] > RETRIES:
             continue
         study.enqueue_trial(dict(t.params))
         waiting.add(key)

@@ -482,6 +482,45 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(studies):
     assert "Traceback" not in stderr and "interrupted: finished trials are saved" in stderr
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_sigterm_stops_the_builds_too_and_says_how_to_resume(studies, tmp_path):
+    """`timeout` and job schedulers send SIGTERM: nvcc, in a session of its own, must not outlive it."""
+    pids = tmp_path / "nvcc.pids"
+    nvcc = fake_nvcc(tmp_path, NVCC_13 + f'echo $$ >> "{pids}"\nsleep 600 &\necho $! >> "{pids}"\nwait\n')
+    suite = tmp_path / "suite.toml"
+    suite.write_text("[a]\nM = 16\nN = 4096\nK = 4096\n")
+    proc = subprocess.Popen([sys.executable, "-m", "cutsearch", "build", str(suite), "--top", "2", "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "CUTSEARCH_NVCC": str(nvcc)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and (
+            not pids.exists() or len(pids.read_text().split()) < 4):  # both builds, each with its child
+        time.sleep(0.1)
+    started = [int(pid) for pid in pids.read_text().split()] if pids.exists() else []
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+        assert len(started) == 4, stderr
+        assert proc.returncode == 128 + signal.SIGTERM, stderr
+        assert "Traceback" not in stderr and "terminated by SIGTERM: finished trials are saved" in stderr
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(pid) for pid in started):
+            time.sleep(0.1)
+        assert not [pid for pid in started if _alive(pid)], "a build outlived the command"
+    finally:
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def test_a_reader_of_a_missing_sqlite_database_creates_none(studies, tmp_path):
     database = tmp_path / "missing.db"
     one_line_error(cutsearch("show", "s", "--storage", f"sqlite:///{database}"), "does not exist")

@@ -1,11 +1,13 @@
 """The `cutsearch` Typer app and its entry point; each command lives in a sibling module.
 
 User mistakes (UserError) become one line on stderr and exit code 2, never a traceback.
+SIGTERM and SIGHUP stop a command as Ctrl-C does, so that its cleanup runs (no nvcc outlives it).
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import typer
 from rich.console import Console
@@ -37,9 +39,26 @@ def parse_duration(text: str | None) -> float | None:
     return seconds
 
 
+_terminated_by: list[int] = []  # the termination signal that stopped the command, if one did
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    _terminated_by.append(signum)
+    raise KeyboardInterrupt  # where the program stands, so that cleanup runs as for Ctrl-C
+
+
+def _stop_cleanly_on_termination() -> None:
+    # `timeout`, job schedulers and a closed terminal send these; their default leaves nvcc running.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:  # nohup's SIG_IGN stays
+            signal.signal(signum, _terminate)
+
+
 def main() -> None:
     import cutsearch.cli  # noqa: F401 - registers the commands
 
+    _stop_cleanly_on_termination()
     try:
         # Without standalone mode, typer returns the exit code of Ctrl-C (130) and of typer.Exit.
         code = app(standalone_mode=False)
@@ -66,7 +85,10 @@ def main() -> None:
             _click_error(exc)
             raise
     if code == 130:
-        err.print("interrupted: finished trials are saved; run the same command to resume")
+        how = f"terminated by {signal.Signals(_terminated_by[0]).name}" if _terminated_by else "interrupted"
+        err.print(f"{how}: finished trials are saved; run the same command to resume")
+        if _terminated_by:
+            code = 128 + _terminated_by[0]  # the shell's code for a process the signal ended
     if isinstance(code, int) and code:
         sys.exit(code)
 

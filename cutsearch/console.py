@@ -29,6 +29,8 @@ class ProgressView:
                                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
                                  console=console, transient=False)
         self.task = None
+        # Into a file, rich draws the bar once, at the end: a log gets a line per batch and trial instead.
+        self.lines = not console.is_terminal
 
     def __enter__(self) -> ProgressView:
         self.progress.__enter__()
@@ -51,9 +53,14 @@ class ProgressView:
         return (f"compiled {self.compiled} (+{self.cached} cached) · measured {self.measured} · "
                 f"failed {self.failed} · {best}")
 
+    def _line(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     def event(self, name: str, data: dict[str, Any]) -> None:
         if name == "batch":
             self.progress.update(self.task, completed=data["done"])
+            if self.lines:
+                self._line(f"batch of {data['size']}: {data['done']} of {data['total']} trials done")
         elif name == "compiled":
             if data.get("cached"):
                 self.cached += 1
@@ -66,9 +73,17 @@ class ProgressView:
         elif name == "trial":
             self.failed += data.get("failure") is not None
             self.progress.advance(self.task)
+            if self.lines:
+                median = data.get("median_us")
+                what = (f"failed ({data['failure']})" if data.get("failure") else
+                        f"{median:.2f} µs" if median is not None else "no time")
+                again = ", as measured before" if data.get("replayed") else ""
+                self._line(f"trial {data['number']} {data['config']}: {what}{again}; {self._status()}")
         elif name == "reaped":
-            again = f"; {len(data['requeued'])} config(s) queued again" if data.get("requeued") else ""
-            self.console.print(f"reaped {len(data['trials'])} trial(s) left RUNNING by a killed run{again}")
+            told = [f"reaped {len(data['trials'])} trial(s) left RUNNING by a killed run"] if data["trials"] else []
+            if data.get("requeued"):
+                told.append(f"{len(data['requeued'])} config(s) an interrupted run left unfinished queued again")
+            self._line("; ".join(told))
         elif name == "timeout":
             # Checked between batches: a batch already building is finished, so a run can pass its limit.
             self.console.print(f"time limit of {data['limit_s']:g} s passed (now {data['elapsed_s']:.0f} s): "

@@ -261,9 +261,9 @@ class _Run:
         with storage_mod.Heartbeat(self.study) as heartbeat:
             while True:
                 reaped = storage_mod.reap_stale(self.study)  # trials of runs that died, here or elsewhere
-                if reaped:
-                    requeued = _requeue(self.study, reaped)
-                    hopeless -= set(requeued)  # chosen once already: the model's tail must not refuse them now
+                requeued = _requeue(self.study)
+                hopeless -= set(requeued)  # chosen once already: the model's tail must not refuse them now
+                if reaped or requeued:
                     _emit(self.events, "reaped", trials=reaped, requeued=requeued)
                 done = _evaluated(self.study)
                 remaining = trials - done
@@ -474,32 +474,30 @@ def _upload_logs(store: Any, study: optuna.Study, trial: optuna.Trial, ev: Evalu
                 log.warning("could not store artifact %s of trial %d: %s", name, trial.number, exc)
 
 
-def _requeue(study: optuna.Study, reaped: list[int]) -> list[str]:
-    """Queue again the configs of `reaped` trials that nothing has evaluated since, and give
-    their keys. The sampler learns nothing from a failed trial, so without this a run killed
-    mid-batch loses what it had chosen to build: a whole warm start, if killed in the first.
-    A config interrupted RETRIES times is left to the sampler."""
-    trials = study.get_trials(deepcopy=False)
-    interrupted: collections.Counter[str] = collections.Counter()
-    settled, waiting = set(), set()
-    for t in trials:
-        key = _config_key(t.system_attrs.get("fixed_params", t.params))
-        if key is None:
-            continue
-        if t.state == TrialState.WAITING:
-            waiting.add(key)
-        elif _counts(t):
-            settled.add(key)
-        elif (t.user_attrs.get("failure") or {}).get("kind") == "interrupted":
-            interrupted[key] += 1
-    requeued = []
-    for t in trials:
-        key = _config_key(t.params)
-        if t.number not in reaped or key is None or key in settled or key in waiting or interrupted[key] > RETRIES:
-            continue
-        study.enqueue_trial(dict(t.params))
-        waiting.add(key)
-        requeued.append(key)
+def _requeue(study: optuna.Study) -> list[str]:
+    """Queue again the configs of interrupted trials (a killed run's, reaped, or a stopped run's)
+    that nothing has evaluated, refused, queued or taken up since, and give their keys. The
+    sampler learns nothing from a failed trial, so without this a run stopped mid-batch loses
+    what it had chosen to build: a whole warm start, if stopped in the first. A config
+    interrupted more than RETRIES times is left to the sampler."""
+    with storage_mod.budget_lock(study):  # two workers resuming at once queue each config once
+        trials = study.get_trials(deepcopy=False)
+        interrupted: dict[str, dict[str, Any]] = {}  # key -> the params to queue
+        times: collections.Counter[str] = collections.Counter()
+        handled = set()
+        for t in trials:
+            params = t.system_attrs.get("fixed_params", t.params)  # a queued trial may die before it samples
+            key = _config_key(params)
+            if key is None:
+                continue
+            if (t.user_attrs.get("failure") or {}).get("kind") == "interrupted":
+                interrupted[key] = dict(params)
+                times[key] += 1
+            elif t.state in (TrialState.WAITING, TrialState.RUNNING) or _counts(t) or t.user_attrs.get("rule_invalid"):
+                handled.add(key)
+        requeued = [key for key in interrupted if key not in handled and times[key] <= RETRIES]
+        for key in requeued:
+            study.enqueue_trial(interrupted[key])
     return requeued
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,10 @@ def test_search_on_the_model_prints_the_summary_as_predictions_and_writes_result
     assert f"5 ({results['new_trials']} new, 0 compiled in this run)" in run.stdout
     assert "model predictions, not measurements" in run.stdout
     assert "every time below is a model prediction, not a measurement" in run.stderr
+    # Into a pipe, as into a log file, a line per batch and per trial says how far the search got.
+    trials = [line for line in run.stderr.splitlines() if re.match(r"trial \d+ \d+x\d+x\d+_c\dx\d_\w+: ", line)]
+    assert len(trials) == results["trials"] and re.search(r"^batch of \d+: 0 of 5 trials done$", run.stderr, re.M)
+    assert f"best {results['best_us']:.1f} µs" in trials[-1]
     assert (studies / "fc-64x64x64-f16" / "journal.log").is_file()
     assert list(cwd.iterdir()) == [], "the studies live where $CUTSEARCH_STUDIES says, not in the working directory"
 

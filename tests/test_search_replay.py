@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -381,27 +382,34 @@ def _stop_mid_batch(proc: subprocess.Popen, path: Path) -> list[optuna.trial.Fro
     raise AssertionError("the search never had told and running trials at once")
 
 
-def test_killed_recorded_search_resumes_to_its_budget(tmp_path, private_dirs):
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_killed_recorded_search_resumes_to_its_budget(tmp_path, private_dirs, how):
+    """kill -9 leaves trials RUNNING, for the next run to reap; SIGTERM (`timeout`, a scheduler)
+    lets the run fail them itself. Either way the next run evaluates what was in flight."""
     studies = private_dirs[0]
     path = studies / "killed" / "journal.log"
     with open(tmp_path / "killed.out", "w") as out:
         proc = subprocess.Popen(_cli(), env=_env(CUTSEARCH_REPLAY_DELAY_S="1.0"), stdout=out, stderr=subprocess.STDOUT)
         try:
             at_kill = _stop_mid_batch(proc, path)
-            proc.kill()
-            proc.wait(timeout=30)
+            proc.send_signal(how)
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.wait(timeout=60)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    assert proc.returncode == (-signal.SIGKILL if how == signal.SIGKILL else 128 + signal.SIGTERM)
     running = {t.number for t in at_kill if t.state == TrialState.RUNNING}
     finished = {t.number: (t.state, t.value, t.user_attrs.get("config")) for t in at_kill if t.state.is_finished()}
     assert 0 < len(counted(at_kill)) < KILLED_TRIALS and running
 
     rerun = subprocess.run(_cli(), env=_env(), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"reaped {len(running)} trial(s) left RUNNING by a killed run" in rerun.stderr
+    if how == signal.SIGKILL:
+        assert f"reaped {len(running)} trial(s) left RUNNING by a killed run" in rerun.stderr
+    else:
+        assert "reaped" not in rerun.stderr, "the terminated run failed its own trials"
 
     final = _read(path)
     assert not [t for t in final if t.state in (TrialState.RUNNING, TrialState.WAITING)]
@@ -413,7 +421,7 @@ def test_killed_recorded_search_resumes_to_its_budget(tmp_path, private_dirs):
         assert by_number[n].state == TrialState.FAIL
         assert by_number[n].user_attrs["failure"]["kind"] == "interrupted"
     # What the killed run was evaluating is queued again and evaluated, not left to the sampler.
-    assert "config(s) queued again" in rerun.stderr
+    assert f"{len(running)} config(s) an interrupted run left unfinished queued again" in rerun.stderr
     evaluated = {Space.config_from_params(t.params).key for t in counted(final)}
     for n in running:
         assert Space.config_from_params(by_number[n].params).key in evaluated, f"trial {n}'s config was dropped"
@@ -640,10 +648,37 @@ def test_an_interrupted_config_is_queued_again_until_its_retries_run_out(tmp_pat
     study.tell(done, 1.0)
     requeued = []
     for _ in range(search_mod.RETRIES + 2):
-        reaped = storage_mod.reap_stale(study)
-        requeued.append(search_mod._requeue(study, reaped))
+        storage_mod.reap_stale(study)
+        requeued.append(search_mod._requeue(study))
         waiting = [t for t in study.get_trials() if t.state == TrialState.WAITING]
         if waiting:
             assert [Space.config_from_params(t.system_attrs["fixed_params"]).key for t in waiting] == [lost.key]
             study.ask(dists)  # the retry is asked, and its run is killed too
     assert requeued == [[lost.key]] * search_mod.RETRIES + [[], []]
+
+
+def test_a_stopped_runs_configs_are_queued_again_unless_refused_or_in_flight(tmp_path):
+    """A run stopped by Ctrl-C or SIGTERM fails its own trials as interrupted: nothing is reaped,
+    and still their configs are queued again, but not one the space refused since, nor one that
+    a live run is evaluating."""
+    from cutsearch import search as search_mod, storage as storage_mod
+
+    study = optuna.create_study(study_name="stopped", storage=storage_mod.open_storage(tmp_path / "journal.log"))
+    space = Space(ASR)
+    dists = search_mod.distributions(space)
+    lost, refused, running = itertools.islice(space, 3)
+    for config in (lost, refused, running):
+        study.enqueue_trial(Space.params_from_config(config))
+        trial = study.ask(dists)
+        study._storage.set_trial_user_attr(trial._trial_id, "failure", {"kind": "interrupted", "message": "", "log": ""})
+        study.tell(trial, state=TrialState.FAIL)
+    study.enqueue_trial(Space.params_from_config(refused))
+    again = study.ask(dists)
+    study._storage.set_trial_user_attr(again._trial_id, "rule_invalid", True)  # a later run's space refused it
+    study.tell(again, state=TrialState.PRUNED)
+    study.enqueue_trial(Space.params_from_config(running))
+    live = study.ask(dists)
+    storage_mod.Heartbeat(study).claim(live)  # claimed by this live process: never reaped
+    assert storage_mod.reap_stale(study) == []
+    assert search_mod._requeue(study) == [lost.key]
+    assert search_mod._requeue(study) == [], "a config already waiting is not queued twice"

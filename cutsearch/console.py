@@ -61,6 +61,9 @@ class ProgressView:
             self.progress.update(self.task, completed=data["done"])
             if self.lines:
                 self._line(f"batch of {data['size']}: {data['done']} of {data['total']} trials done")
+        elif name == "compiling":
+            if self.lines:  # the first trial's line may be minutes away
+                self._line(f"{data['count']} kernel(s) to build or take from the cache")
         elif name == "compiled":
             if data.get("cached"):
                 self.cached += 1

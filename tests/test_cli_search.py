@@ -98,3 +98,35 @@ def test_a_time_limit_is_told_and_starts_no_batch_after_it_passes(private_dirs):
     assert run.returncode == 0, run.stderr
     assert "time limit of 0.001 s passed" in run.stdout + run.stderr
     assert json.loads((studies / "results" / "fc-64x64x64-f16.json").read_text())["trials"] in (0, 2)
+
+
+def test_the_progress_written_to_a_file_is_a_line_per_step():
+    """Into a file, rich draws its bar once, at the end: a log of a killed run would say nothing."""
+    import io
+
+    from rich.console import Console
+
+    from cutsearch.console import ProgressView
+
+    log = io.StringIO()
+    with ProgressView(Console(file=log, width=60), trials=4) as view:
+        view.event("batch", {"size": 2, "done": 0, "total": 4})
+        view.event("compiling", {"count": 2})
+        view.event("compiled", {"ok": True, "cached": False})
+        view.event("measured", {"ok": True})
+        view.event("best", {"median_us": 12.5, "cublas_us": 25.0})
+        view.event("trial", {"number": 0, "config": "64x16x128_c1x1_ws_tma_s0_grid_swap", "median_us": 12.5,
+                             "failure": None})
+        view.event("trial", {"number": 3, "config": "128x16x64_c2x1_ws_tma_s0_grid", "median_us": None,
+                             "failure": "compile_error"})
+        view.event("reaped", {"trials": [], "requeued": ["a", "b"]})
+        log_so_far = log.getvalue()
+    assert log_so_far.splitlines() == [
+        "batch of 2: 0 of 4 trials done",
+        "2 kernel(s) to build or take from the cache",
+        "trial 0 64x16x128_c1x1_ws_tma_s0_grid_swap: 12.50 µs; compiled 1 (+0 cached) · measured 1 · failed 0 · "
+        "best 12.5 µs (cuBLAS 25.0 µs, 2.00x)",
+        "trial 3 128x16x64_c2x1_ws_tma_s0_grid: failed (compile_error); compiled 1 (+0 cached) · measured 1 · "
+        "failed 1 · best 12.5 µs (cuBLAS 25.0 µs, 2.00x)",
+        "2 config(s) an interrupted run left unfinished queued again",
+    ], "one unwrapped line each, before the run ends"

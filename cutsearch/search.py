@@ -480,6 +480,8 @@ def _requeue(study: optuna.Study) -> list[str]:
     sampler learns nothing from a failed trial, so without this a run stopped mid-batch loses
     what it had chosen to build: a whole warm start, if stopped in the first. A config
     interrupted more than RETRIES times is left to the sampler."""
+    if not any(_interrupted(t) for t in study.get_trials(deepcopy=False)):
+        return []  # the common case, before every batch: no lock, no config parsed
     with storage_mod.budget_lock(study):  # two workers resuming at once queue each config once
         trials = study.get_trials(deepcopy=False)
         interrupted: dict[str, dict[str, Any]] = {}  # key -> the params to queue
@@ -490,7 +492,7 @@ def _requeue(study: optuna.Study) -> list[str]:
             key = _config_key(params)
             if key is None:
                 continue
-            if (t.user_attrs.get("failure") or {}).get("kind") == "interrupted":
+            if _interrupted(t):
                 interrupted[key] = dict(params)
                 times[key] += 1
             elif t.state in (TrialState.WAITING, TrialState.RUNNING) or _counts(t) or t.user_attrs.get("rule_invalid"):
@@ -512,8 +514,12 @@ def _config_key(params: dict[str, Any]) -> str | None:
 
 def _counts(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a finished trial used the budget: not a refused proposal, not a killed run's."""
-    return (trial.state.is_finished() and not trial.user_attrs.get("rule_invalid")
-            and (trial.user_attrs.get("failure") or {}).get("kind") != "interrupted")
+    return trial.state.is_finished() and not trial.user_attrs.get("rule_invalid") and not _interrupted(trial)
+
+
+def _interrupted(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a run stopped or killed before the trial finished (storage fails such trials)."""
+    return (trial.user_attrs.get("failure") or {}).get("kind") == "interrupted"
 
 
 def _evaluated(study: optuna.Study) -> int:

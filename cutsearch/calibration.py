@@ -22,7 +22,7 @@ from cutsearch.efficiency import Recording
 from cutsearch.errors import UserError
 from cutsearch.outcome import Measurement
 from cutsearch.problem import Layer
-from cutsearch.space import Config, knob_grid
+from cutsearch.space import Config, Knobs, knob_grid
 
 # The constants the fit may move, and the multipliers of each it tries per round.
 FREE = ("launch_us", "tile_fill_us", "l2_feed_bytes_per_s", "dram_feed_bytes_per_s", "copy_overhead_us", "k_step_us")
@@ -52,6 +52,49 @@ def points(recordings: Sequence[Recording]) -> list[Point]:
         for ev in rec.evaluations:
             if isinstance(ev.outcome, Measurement) and ev.outcome.median_us > 0:
                 out.append(Point(recording=rec.name, layer=rec.layer, config=ev.config, measured_us=ev.outcome.median_us))
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Twins:
+    """One split-K kernel at one slice count, recorded with its slices summed both ways in one run:
+    by the fixup epilogue and by the reduction kernel, each at its fastest run-time variant."""
+
+    recording: str
+    layer: Layer
+    fixup: tuple[Config, Knobs, float]
+    reduction: tuple[Config, Knobs, float]
+
+    @property
+    def splits(self) -> int:
+        return self.fixup[1].splits
+
+    def measured_gap_us(self) -> float:
+        """How much longer the fixup took: negative where it was faster."""
+        return self.fixup[2] - self.reduction[2]
+
+    def predicted_gap_us(self, coeff: model.Coefficients) -> float:
+        return (model.predict_us(self.layer, *self.fixup[:2], coeff=coeff)
+                - model.predict_us(self.layer, *self.reduction[:2], coeff=coeff))
+
+
+def summation_twins(recordings: Sequence[Recording]) -> list[Twins]:
+    """Every pair of split-K configs that differ only in how the slices are summed, at each slice
+    count that both measured."""
+    out = []
+    for rec in recordings:
+        fastest: dict[tuple[Config, int], tuple[Config, Knobs, float]] = {}
+        for ev in rec.measured():
+            if not ev.config.split_k:
+                continue
+            for knobs, us in ev.outcome.variants:
+                key = (ev.config, knobs.splits)
+                if key not in fastest or us < fastest[key][2]:
+                    fastest[key] = (ev.config, knobs, us)
+        for (config, splits), fixup in fastest.items():
+            twin = (dataclasses.replace(config, epilogue_schedule="tma"), splits)
+            if config.epilogue_schedule == "fixup" and twin in fastest:
+                out.append(Twins(recording=rec.name, layer=rec.layer, fixup=fixup, reduction=fastest[twin]))
     return out
 
 

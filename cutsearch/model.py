@@ -151,6 +151,8 @@ def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowView
             terms.append(STREAMK_SPLIT_US * (splits - 1))
     if reduces:
         terms.append(coeff.copy_overhead_us + REDUCE_ROUND_US * reduce_rounds(layer.m, layer.n, splits))
+    elif config.split_k:
+        terms.append(coeff.copy_overhead_us + FIXUP_SPLIT_US * (splits - 1))
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.
         terms.append(VIEWS_UNHIDDEN * (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6)
@@ -183,6 +185,14 @@ DIRECT_STORE_SAVING = 0.4
 # Spearman on the five exhaustive recordings went from 0.867 to 0.886 (decode 0.67 to 0.70) and
 # on the 21 calibration studies from 0.630 to 0.636 (0.656 to 0.665 with CALIBRATED).
 STREAMK_SPLIT_US = 1.0
+
+# The fixup epilogue saves the reduction kernel's launch, but each tile's last CTA waits for the
+# other slices and reads their partials one after another. On 65 recorded H200 pairs of one
+# kernel at one slice count, summed either way in one run, the fixup was a median 0.6 µs slower
+# (0.2 µs in 2 slices, 2.6 µs in 16), where the model had put it 1.2 µs faster. Priced as that
+# launch plus 0.2 µs a slice past the first, the model orders 45 of the 65 pairs as measured,
+# against 24 (studies/scripts/model_fixup.py).
+FIXUP_SPLIT_US = 0.2
 
 # Each round of loads in one element's chain in the reduction kernel (templates/reduce.cuh: a
 # lane's share of the slices, REDUCE_BATCH loads in flight at a time): about one L2 round trip.
@@ -254,6 +264,14 @@ def hopeless(layer: Layer, configs: list[Config], ratio: float = PRUNE_RATIO) ->
     return set.intersection(*tails)
 
 
+# The kinds of config a new study's first batch always measures: the model knows least about
+# stream-K, and about which sums split-K's slices faster, the fixup epilogue or the reduction
+# kernel (each won by a microsecond or more on some recorded layer).
+HEDGED = (lambda c: c.tile_scheduler == "streamk",
+          lambda c: c.split_k and c.epilogue_schedule == "fixup",
+          lambda c: c.split_k and c.epilogue_schedule != "fixup")
+
+
 def warm_start(layer: Layer, configs: list[Config], count: int) -> list[Config]:
     """The first configs to build: the diverse tops of both rankings, interleaved."""
     # A hedge against the model's blind spots: the third list holds only one-kernel persistent
@@ -261,17 +279,21 @@ def warm_start(layer: Layer, configs: list[Config], count: int) -> list[Config]:
     # about element-wise stores of unaligned rows).
     plain = [c for c in configs
              if c.tile_scheduler == "persistent" and c.epilogue_schedule not in ("nosmem", "direct") and not c.split_k]
-    picks = [diverse_top(rank(layer, configs, CALIBRATED), count), diverse_top(rank(layer, configs, DEFAULT), count),
+    ranked = rank(layer, configs, CALIBRATED)
+    picks = [diverse_top(ranked, count), diverse_top(rank(layer, configs, DEFAULT), count),
              diverse_top(rank(layer, plain or configs, DEFAULT), count)]
     merged: list[Config] = []
     for pair in zip(*picks):
         for c in pair:
             if c not in merged and len(merged) < count:
                 merged.append(c)
-    # Each list ends in its best stream-K config (diverse_top), which the interleaving above cuts.
-    streamk = next((c for c in picks[0] if c.tile_scheduler == "streamk"), None)
-    if streamk is not None and streamk not in merged and len(merged) == count:
-        merged[-1] = streamk
+    # The best config of each HEDGED kind takes the last places, which the interleaving may cut.
+    hedges = [next((c for _, c in ranked if kind(c)), None) for kind in HEDGED]
+    hedges = [c for c in hedges if c is not None][:max(1, count // 4)]
+    if len(merged) == count:
+        free = [i for i in reversed(range(count)) if merged[i] not in hedges]
+        for c in (c for c in hedges if c not in merged):
+            merged[free.pop(0)] = c
     return merged
 
 

@@ -151,7 +151,7 @@ def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowView
             terms.append(STREAMK_SPLIT_US * (splits - 1))
     if reduces:
         terms.append(coeff.copy_overhead_us + REDUCE_ROUND_US * reduce_rounds(layer.m, layer.n, splits))
-    elif config.split_k:
+    elif config.split_k:  # summed by the fixup epilogue
         terms.append(coeff.copy_overhead_us + FIXUP_SPLIT_US * (splits - 1))
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.

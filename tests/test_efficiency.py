@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cutsearch import efficiency, model
+from cutsearch.calibration import summation_twins
 from cutsearch.cli import app
 from cutsearch.efficiency import CostModel, Recording, record_study, replay_strategy, simulate_batch
 from cutsearch.errors import UserError
@@ -256,8 +257,6 @@ def test_the_model_orders_the_fixup_and_the_reduction_kernel_as_measured():
     epilogue and by the reduction kernel in one run. The fixup was a median 0.6 µs slower, more in
     more slices; the model, which had put it 1.2 µs faster for the launch it saves, ordered 24
     of the pairs as measured. With the fixup's wait and partial reads priced, it orders 45."""
-    from cutsearch.calibration import summation_twins
-
     twins = summation_twins([Recording.load(p) for p in FIXUP_TWINS])
     assert len(twins) == 65
     assert statistics.median(t.measured_gap_us() for t in twins) > 0.5

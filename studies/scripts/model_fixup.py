@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 from cutsearch import model
-from cutsearch.calibration import summation_twins
+from cutsearch.calibration import Twins, summation_twins
 from cutsearch.efficiency import load_recordings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +26,8 @@ RECORDINGS = [
 ]
 
 
-def fixup_term_us(twins, coeff: model.Coefficients) -> float:
-    return coeff.copy_overhead_us + model.FIXUP_SPLIT_US * (twins.splits - 1)
+def fixup_term_us(pair: Twins, coeff: model.Coefficients) -> float:
+    return coeff.copy_overhead_us + model.FIXUP_SPLIT_US * (pair.splits - 1)
 
 
 def main() -> None:

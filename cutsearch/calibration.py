@@ -25,12 +25,14 @@ from cutsearch.problem import Layer
 from cutsearch.space import Config, Knobs, knob_grid
 
 # The constants the fit may move, and the multipliers of each it tries per round.
-FREE = ("launch_us", "tile_fill_us", "l2_feed_bytes_per_s", "dram_feed_bytes_per_s", "copy_overhead_us", "k_step_us")
+FREE = ("launch_us", "tile_fill_us", "l2_feed_bytes_per_s", "dram_feed_bytes_per_s", "l2_total_bytes_per_s",
+        "dram_total_bytes_per_s", "copy_overhead_us", "k_step_us")
 MULTIPLIERS = (0.25, 0.5, 0.7, 0.85, 0.93, 1.0, 1.08, 1.18, 1.4, 2.0, 4.0)
 BOUNDS = {  # physically sensible ranges: a fit on few points must not run off to absurd values
     "launch_us": (0.5, 20.0), "tile_fill_us": (0.0, 5.0),
     "l2_feed_bytes_per_s": (5e9, 1e12), "dram_feed_bytes_per_s": (2e9, 5e11),
     "copy_overhead_us": (0.2, 20.0), "k_step_us": (0.0, 1.0),
+    "l2_total_bytes_per_s": (1e12, 1e14), "dram_total_bytes_per_s": (1e12, 2e13),
     "store_column_bytes_per_s": (1e11, 5e12), "store_row_bytes_per_s": (5e10, 5e12),
 }
 OBJECTIVES = ("log", "spearman")
@@ -49,9 +51,11 @@ class Point:
 def points(recordings: Sequence[Recording]) -> list[Point]:
     out = []
     for rec in recordings:
+        # Runs of one layer in different directories share a file name; each is ranked on its own.
+        name = str(rec.path) if rec.path is not None else rec.name
         for ev in rec.evaluations:
             if isinstance(ev.outcome, Measurement) and ev.outcome.median_us > 0:
-                out.append(Point(recording=rec.name, layer=rec.layer, config=ev.config, measured_us=ev.outcome.median_us))
+                out.append(Point(recording=name, layer=rec.layer, config=ev.config, measured_us=ev.outcome.median_us))
     return out
 
 
@@ -155,6 +159,16 @@ def score(pts: Sequence[Point], coeff: model.Coefficients) -> tuple[Score, list[
     usable = [r for name, r in rho.items() if len(groups[name]) >= 3 and not math.isnan(r)]
     return Score(median_abs_log=statistics.median(errs), mean_abs_log=statistics.fmean(errs), spearman=rho,
                  spearman_mean=statistics.fmean(usable) if usable else None), preds
+
+
+def top_share(pts: Sequence[Point], coeff: model.Coefficients, top: int = 4, tolerance: float = 0.02) -> float:
+    """The share of recordings in which the model's `top` configs (of those measured) hold one
+    within `tolerance` of the fastest measured: how often a small first batch would find it."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for p in pts:
+        groups.setdefault(p.recording, []).append((predict(p, coeff), p.measured_us))
+    hits = [min(us for _, us in sorted(g)[:top]) <= (1 + tolerance) * min(us for _, us in g) for g in groups.values()]
+    return sum(hits) / len(hits) if hits else float("nan")
 
 
 def _loss(s: Score, objective: str) -> tuple[float, ...]:

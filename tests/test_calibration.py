@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,16 @@ def test_points_are_the_recorded_measurements_only(recorded):
     measured = sum(isinstance(e.outcome, Measurement) for r in recorded for e in r.evaluations)
     assert len(pts) == measured == 9
     assert all(p.measured_us > 0 for p in pts)
+
+
+def test_two_runs_with_one_file_name_are_ranked_apart(recorded, tmp_path):
+    """Runs of one layer in two directories share a file name; one Spearman over both mixed them."""
+    again = tmp_path / "again" / recorded[0].path.name
+    again.parent.mkdir()
+    shutil.copy(recorded[0].path, again)
+    score, _ = calibration.score(calibration.points([recorded[0], Recording.load(again)]), model.DEFAULT)
+    assert len(score.spearman) == 2
+    assert len(set(score.spearman.values())) == 1  # the same measurements, ranked alike
 
 
 def test_fit_never_worsens_its_objective_on_recorded_data(recorded):

@@ -2,12 +2,17 @@
 DRAM's bandwidth (the shared feed, in cutsearch/model.py) than with one feed rate an SM? On recorded H200 measurements
 only, with both constant sets, each as it is and as it was (every SM at its old rate, whatever
 the count of CTAs):
-- the search batches recorded on 2026-12-02 and 2026-12-03, and those of 2026-12-04 (every
-  recording there with 8 measured configs or more);
+- the search batches recorded on 2026-12-02 and 2026-12-03, those of 2026-12-04, and every
+  recording (each with 8 measured configs or more);
+- every pair of configs that differ only in swapping A and B, measured in one run more than 2%
+  apart: how often the model orders the pair as measured;
 - the five exhaustive recordings, which measured the whole default space of their day: the model's
   rank of the first config within 2% of the fastest, and its Spearman.
 
-    python studies/scripts/model_shared_feed.py
+    python studies/scripts/model_shared_feed.py [--first-batches]
+
+With --first-batches it also counts the layers of studies/*.toml whose first batch of 32
+(model.warm_start) the change alters.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 
 from cutsearch import calibration, model
 from cutsearch.efficiency import Recording, load_recordings
+from cutsearch.problem import Layer, load_layers
+from cutsearch.space import Config, Space, knob_grid
 
 RECORDED = Path(__file__).resolve().parents[2] / "studies" / "recorded"
 LATER = ("models8", "own-copy", "own-copy-split-k", "random6", "random9", "random10", "random11", "random12",
@@ -43,6 +51,22 @@ def later() -> list[Recording]:
     return [r for name in LATER for r in batches(f"h200-2026-12-04-{name}/*.json")]
 
 
+def every() -> list[Recording]:
+    return batches("*/*.json") + batches("*/*/*.json")
+
+
+def swap_pairs(recordings: list[Recording]) -> list[tuple[Layer, Config, Config, float]]:
+    """(layer, config, its swapped twin, measured time of the twin minus the config's)."""
+    pairs = []
+    for rec in recordings:
+        measured = {e.config: e.outcome.median_us for e in rec.measured()}
+        for config, us in measured.items():
+            twin = dataclasses.replace(config, swap_ab=True)
+            if not config.swap_ab and twin in measured and abs(measured[twin] - us) > 0.02 * min(us, measured[twin]):
+                pairs.append((rec.layer, config, twin, measured[twin] - us))
+    return pairs
+
+
 def exhaustive() -> list[Recording]:
     return load_recordings(sorted(RECORDED.glob("h200x2-2026-11-30-exhaustive/exhaustive-*-f16.json")))
 
@@ -55,6 +79,10 @@ def unshared(coeff: model.Coefficients) -> model.Coefficients:
                                l2_total_bytes_per_s=math.inf, dram_total_bytes_per_s=math.inf)
 
 
+def predicted(layer: Layer, config: Config, coeff: model.Coefficients) -> float:
+    return model.best_knobs(layer, config, knob_grid(config, layer), coeff)[1]
+
+
 def first_near_best(pts: list[calibration.Point], coeff: model.Coefficients) -> int:
     ranked = sorted((calibration.predict(p, coeff), p.measured_us) for p in pts)
     best = min(us for _, us in ranked)
@@ -62,7 +90,10 @@ def first_near_best(pts: list[calibration.Point], coeff: model.Coefficients) -> 
 
 
 def main() -> None:
-    sets = {"2026-12-02/03": calibration.points(earlier()), "2026-12-04": calibration.points(later())}
+    recordings = every()
+    sets = {"2026-12-02/03": calibration.points(earlier()), "2026-12-04": calibration.points(later()),
+            "all": calibration.points(recordings)}
+    pairs = swap_pairs(recordings)
     exhaust = {r.layer.shape: calibration.points([r]) for r in exhaustive()}
     for name, coeff in (("DEFAULT", model.DEFAULT), ("CALIBRATED", model.CALIBRATED)):
         for label, c in (("shared", coeff), ("before", unshared(coeff))):
@@ -72,10 +103,30 @@ def main() -> None:
                 cells.append(f"{when}: {len(score.spearman)} recordings, Spearman {score.spearman_mean:.3f}, "
                              f"top 4 near best {calibration.top_share(pts, c):.0%}")
             print(f"{name:<10} {label:<8} " + "; ".join(cells))
+            agree = sum((predicted(layer, twin, c) > predicted(layer, config, c)) == (gap > 0)
+                        for layer, config, twin, gap in pairs)
+            print(" " * 20 + f"swapped twins ordered as measured: {agree} of {len(pairs)}")
             print(" " * 20 + "exhaustive (first near best, Spearman): " + ", ".join(
                 f"{shape} {first_near_best(pts, c)} {calibration.score(pts, c)[0].spearman_mean:.2f}"
                 for shape, pts in exhaust.items()))
 
 
+def first_batches_changed() -> None:
+    layers = {layer for path in sorted(RECORDED.parent.glob("*.toml")) for layer in load_layers(path).values()}
+    shared = (model.DEFAULT, model.CALIBRATED)
+    changed = 0
+    for layer in layers:
+        space = list(Space(layer))
+        model.DEFAULT, model.CALIBRATED = (unshared(c) for c in shared)
+        try:
+            before = model.warm_start(layer, space, 32)
+        finally:
+            model.DEFAULT, model.CALIBRATED = shared
+        changed += set(before) != set(model.warm_start(layer, space, 32))
+    print(f"first batches of 32 changed: {changed} of {len(layers)} layers in studies/*.toml")
+
+
 if __name__ == "__main__":
     main()
+    if "--first-batches" in sys.argv:
+        first_batches_changed()

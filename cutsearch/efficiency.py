@@ -317,7 +317,7 @@ class _OrderProposer(_Proposer):
 class _TpeProposer(_Proposer):
     """The search's TPE sampler, with proposals snapped onto unevaluated recorded configs."""
 
-    def __init__(self, layer: Layer, candidates: list[Config], *, seed: int, batch: int, warm: int) -> None:
+    def __init__(self, layer: Layer, candidates: list[Config], *, seed: int, batch: int, first: list[Config]) -> None:
         import optuna
 
         from cutsearch import search
@@ -333,9 +333,8 @@ class _TpeProposer(_Proposer):
         self.pending: dict[str, Any] = {}
         self.rng = random.Random(seed)
         self.snapped = 0
-        if warm > 0:
-            for config in model.diverse_top(model.rank(layer, candidates), warm):
-                self.study.enqueue_trial(Space.params_from_config(config))
+        for config in first:
+            self.study.enqueue_trial(Space.params_from_config(config))
 
     def ask(self, n: int) -> list[Config]:
         from optuna.trial import TrialState
@@ -374,12 +373,14 @@ class _TpeProposer(_Proposer):
 def _proposer(strategy: str, layer: Layer, candidates: list[Config], *, seed: int, batch: int,
               warm: int | None) -> _Proposer:
     if strategy == "tpe+warm":
-        # The default search: the model's warm start, and its hopeless tail never built.
-        hopeless = model.hopeless(layer, candidates)
+        # The default search: the model's warm start (a new study's, less the priors a recording
+        # has none of), and its hopeless tail, less what the warm start chose, never built.
+        first = model.warm_start(layer, candidates, batch if warm is None else warm)
+        hopeless = model.hopeless(layer, candidates) - {c.key for c in first}
         return _TpeProposer(layer, [c for c in candidates if c.key not in hopeless], seed=seed, batch=batch,
-                            warm=batch if warm is None else warm)
+                            first=first)
     if strategy == "tpe":
-        return _TpeProposer(layer, candidates, seed=seed, batch=batch, warm=0)
+        return _TpeProposer(layer, candidates, seed=seed, batch=batch, first=[])
     if strategy == "random":
         order = sorted(candidates, key=lambda c: c.key)
         random.Random(seed).shuffle(order)

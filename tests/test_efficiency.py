@@ -213,12 +213,15 @@ def test_the_model_strategy_finds_first_what_the_model_ranks_first():
     assert run.order[0] == model.rank(rec.layer, [e.config for e in rec.evaluations])[0][1].key
 
 
-def test_warm_start_evaluates_the_models_diverse_top_first():
-    rec = synthetic()
-    configs = [e.config for e in rec.evaluations]
-    top = {c.key for c in model.diverse_top(model.rank(rec.layer, configs), 4)}
-    run = replay_strategy(rec, "tpe+warm", seed=0, batch=4, warm=4, tolerance=0.0)
-    assert set(run.order[:4]) == top  # the first batch is the warm start, whatever it finds
+@pytest.mark.parametrize("recording", ["synthetic", "exhaustive-small_batch-f16"])
+def test_the_replayed_default_search_starts_with_a_new_studys_first_batch(recording):
+    """The replay's warm start is a new study's (model.warm_start, with no priors) over the
+    recorded configs: it once took the diverse top of one ranking, where a study interleaves
+    three and hedges."""
+    rec = synthetic() if recording == "synthetic" else Recording.load(EXHAUSTIVE / f"{recording}.json")
+    first = model.warm_start(rec.layer, [e.config for e in rec.evaluations], 8)
+    run = replay_strategy(rec, "tpe+warm", seed=0, batch=8, warm=8, tolerance=0.0)
+    assert set(run.order[:8]) == {c.key for c in first}  # the first batch, in the order its builds end
 
 
 def test_a_new_studys_first_batch_measures_the_models_best_stream_k_config():

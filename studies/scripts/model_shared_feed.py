@@ -3,28 +3,32 @@ DRAM's bandwidth (the shared feed, in cutsearch/model.py) than with one feed rat
 only, with both constant sets, each as it is and as it was (every SM at its old rate, whatever
 the count of CTAs):
 - the search batches recorded on 2026-12-02 and 2026-12-03, those of 2026-12-04, and every
-  recording (each with 8 measured configs or more);
+  recording (each with 8 measured configs or more), and the recordings CALIBRATED was fitted to;
 - every pair of configs that differ only in swapping A and B, measured in one run more than 2%
   apart: how often the model orders the pair as measured;
 - the five exhaustive recordings, which measured the whole default space of their day: the model's
   rank of the first config within 2% of the fastest, and its Spearman.
 
-    python studies/scripts/model_shared_feed.py [--first-batches]
+    python studies/scripts/model_shared_feed.py [--first-batches] [--replay]
 
 With --first-batches it also counts the layers of studies/*.toml whose first batch of 32
-(model.warm_start) the change alters.
+(model.warm_start) the change alters; with --replay it replays searches over the exhaustive
+recordings (efficiency.replay_strategy) with both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from cutsearch import calibration, model
-from cutsearch.efficiency import Recording, load_recordings
+from cutsearch.efficiency import Recording, load_recordings, replay_strategy
 from cutsearch.problem import Layer, load_layers
 from cutsearch.space import Config, Space, knob_grid
 
@@ -91,8 +95,10 @@ def first_near_best(pts: list[calibration.Point], coeff: model.Coefficients) -> 
 
 def main() -> None:
     recordings = every()
+    fitted_on = json.loads((RECORDED.parent / "model-calibration.json").read_text())["recordings"]
     sets = {"2026-12-02/03": calibration.points(earlier()), "2026-12-04": calibration.points(later()),
-            "all": calibration.points(recordings)}
+            "all": calibration.points(recordings),
+            "CALIBRATED's own": calibration.points(load_recordings(RECORDED.parents[1] / r["recording"] for r in fitted_on))}
     pairs = swap_pairs(recordings)
     exhaust = {r.layer.shape: calibration.points([r]) for r in exhaustive()}
     for name, coeff in (("DEFAULT", model.DEFAULT), ("CALIBRATED", model.CALIBRATED)):
@@ -111,22 +117,49 @@ def main() -> None:
                 for shape, pts in exhaust.items()))
 
 
+@contextlib.contextmanager
+def unshared_model() -> Iterator[None]:
+    """Both constant sets as they were, in place: default arguments across the model and the
+    replay hold these two objects."""
+    saved = [(c, dataclasses.asdict(c)) for c in (model.DEFAULT, model.CALIBRATED)]
+    for coeff, _ in saved:
+        for name, value in dataclasses.asdict(unshared(coeff)).items():
+            object.__setattr__(coeff, name, value)
+    try:
+        yield
+    finally:
+        for coeff, values in saved:
+            for name, value in values.items():
+                object.__setattr__(coeff, name, value)
+
+
 def first_batches_changed() -> None:
     layers = {layer for path in sorted(RECORDED.parent.glob("*.toml")) for layer in load_layers(path).values()}
-    shared = (model.DEFAULT, model.CALIBRATED)
     changed = 0
     for layer in layers:
         space = list(Space(layer))
-        model.DEFAULT, model.CALIBRATED = (unshared(c) for c in shared)
-        try:
+        with unshared_model():
             before = model.warm_start(layer, space, 32)
-        finally:
-            model.DEFAULT, model.CALIBRATED = shared
         changed += set(before) != set(model.warm_start(layer, space, 32))
     print(f"first batches of 32 changed: {changed} of {len(layers)} layers in studies/*.toml")
+
+
+def replays() -> None:
+    """Trials a default search (and plain TPE) takes to come within 2% on each exhaustive
+    recording, mean of 5 seeds, before and after."""
+    for label in ("before", "shared"):
+        with unshared_model() if label == "before" else contextlib.nullcontext():
+            cells = []
+            for rec in exhaustive():
+                trials = {s: statistics.fmean(replay_strategy(rec, s, seed=seed).trials for seed in range(5))
+                          for s in ("tpe+warm", "tpe")}
+                cells.append(f"{rec.layer.shape} {trials['tpe+warm']:.1f} ({trials['tpe']:.1f})")
+        print(f"replayed, default search (plain TPE), {label}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":
     main()
     if "--first-batches" in sys.argv:
         first_batches_changed()
+    if "--replay" in sys.argv:
+        replays()

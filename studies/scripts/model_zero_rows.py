@@ -24,7 +24,7 @@ REAL_ROWS = "tile_bytes = (min(tm, kp.m) + min(tn, kp.n)) * tk * e"
 def _scores(label: str, sets: dict[str, list[Recording]]) -> None:
     for name, recordings in sets.items():
         score, _ = calibration.score(calibration.points(recordings), model.DEFAULT)
-        small_m = {k: round(v, 3) for k, v in score.spearman.items() if "decode" in k or "m1" in k}
+        small_m = {Path(k).stem: round(v, 3) for k, v in score.spearman.items() if "decode" in k or "m1" in k}
         print(f"{label:<20} {name:<12} mean {score.spearman_mean:.3f}  {small_m}")
 
 

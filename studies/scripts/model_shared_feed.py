@@ -1,7 +1,7 @@
 """Does the cost model order measured kernels better when the SMs that run at once share L2's and
-DRAM's bandwidth (the shared feed, in cutsearch/model.py) than with one feed rate an SM? On recorded H200 measurements
-only, with both constant sets, each as it is and as it was (every SM at its old rate, whatever
-the count of CTAs):
+DRAM's bandwidth (the shared feed, in cutsearch/model.py) than with one feed rate an SM? On
+recorded H200 measurements only, with both constant sets, each as it is and as it was (every SM
+at its old rate, whatever the count of CTAs):
 - the search batches recorded on 2026-12-02 and 2026-12-03, those of 2026-12-04, and every
   recording (each with 8 measured configs or more), and the recordings CALIBRATED was fitted to;
 - every pair of configs that differ only in swapping A and B, measured in one run more than 2%
@@ -39,7 +39,7 @@ LATER = ("models8", "own-copy", "own-copy-split-k", "random6", "random9", "rando
 
 def batches(pattern: str) -> list[Recording]:
     recordings = load_recordings(p for p in sorted(RECORDED.glob(pattern)) if _is_recording(p))
-    return [r for r in recordings if len(list(r.measured())) >= 8]
+    return [r for r in recordings if len(r.measured()) >= 8]
 
 
 def _is_recording(path: Path) -> bool:
@@ -145,15 +145,16 @@ def first_batches_changed() -> None:
 
 
 def replays() -> None:
-    """Trials a default search (and plain TPE) takes to come within 2% on each exhaustive
-    recording, mean of 5 seeds, before and after."""
+    """Trials and replayed seconds a default search takes to come within 2% on each exhaustive
+    recording, and the trials plain TPE takes: means of 5 seeds, before and after."""
     for label in ("before", "shared"):
         with unshared_model() if label == "before" else contextlib.nullcontext():
             cells = []
             for rec in exhaustive():
-                trials = {s: statistics.fmean(replay_strategy(rec, s, seed=seed).trials for seed in range(5))
-                          for s in ("tpe+warm", "tpe")}
-                cells.append(f"{rec.layer.shape} {trials['tpe+warm']:.1f} ({trials['tpe']:.1f})")
+                default = [replay_strategy(rec, "tpe+warm", seed=seed) for seed in range(5)]
+                tpe = statistics.fmean(replay_strategy(rec, "tpe", seed=seed).trials for seed in range(5))
+                cells.append(f"{rec.layer.shape} {statistics.fmean(r.trials for r in default):.1f} / "
+                             f"{statistics.fmean(r.wall_s for r in default):.1f} s ({tpe:.1f})")
         print(f"replayed, default search (plain TPE), {label}: " + ", ".join(cells))
 
 

@@ -80,6 +80,20 @@ def load_recordings(paths: Iterable[Path | str]) -> list[Recording]:
     return recordings
 
 
+def recordings_among(paths: Iterable[Path | str], min_measured: int = 1) -> list[Recording]:
+    """The recordings among these JSON files with at least `min_measured` measured configs; the
+    summaries, wall times and use checks stored beside them are skipped."""
+    recordings = []
+    for path in paths:
+        try:
+            rec = Recording.load(path)
+        except UserError:
+            continue
+        if len(rec.measured()) >= min_measured:
+            recordings.append(rec)
+    return recordings
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RecordSummary:
     path: Path

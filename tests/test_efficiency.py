@@ -484,18 +484,6 @@ LATER_BATCHES = ("models8", "own-copy", "own-copy-split-k", "random6", "random9"
                  "random12", "random13")
 
 
-def _batches(directories: list[Path]) -> list[Recording]:
-    recordings = []
-    for path in (p for d in directories for p in sorted(d.glob("*.json"))):
-        try:
-            rec = Recording.load(path)
-        except UserError:  # a summary, a wall-time or a use file beside the recordings
-            continue
-        if len(rec.measured()) >= 8:
-            recordings.append(rec)
-    return recordings
-
-
 def test_the_sms_that_run_at_once_share_the_operand_feed():
     """Recorded on the H200: 39 search batches. With one feed rate an SM, a layer's bandwidth grew
     with every CTA it ran, and the model ordered them with a mean within-layer Spearman of 0.66;
@@ -503,7 +491,8 @@ def test_the_sms_that_run_at_once_share_the_operand_feed():
     DRAM's totals, 0.77 and 87% (studies/scripts/model_shared_feed.py)."""
     from cutsearch import calibration
 
-    pts = calibration.points(_batches([SMOKE.parent / f"h200-2026-12-04-{name}" for name in LATER_BATCHES]))
+    directories = [SMOKE.parent / f"h200-2026-12-04-{name}" for name in LATER_BATCHES]
+    pts = calibration.points(efficiency.recordings_among((p for d in directories for p in sorted(d.glob("*.json"))), 8))
     assert len({p.recording for p in pts}) == 39
     score, _ = calibration.score(pts, model.DEFAULT)
     assert score.spearman_mean > 0.75 and calibration.top_share(pts, model.DEFAULT) > 0.85

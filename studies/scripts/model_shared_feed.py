@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cutsearch import calibration, model
-from cutsearch.efficiency import Recording, load_recordings, replay_strategy
+from cutsearch.efficiency import Recording, load_recordings, recordings_among, replay_strategy
 from cutsearch.problem import Layer, load_layers
 from cutsearch.space import Config, Space, knob_grid
 
@@ -38,13 +38,7 @@ LATER = ("models8", "own-copy", "own-copy-split-k", "random6", "random9", "rando
 
 
 def batches(pattern: str) -> list[Recording]:
-    recordings = load_recordings(p for p in sorted(RECORDED.glob(pattern)) if _is_recording(p))
-    return [r for r in recordings if len(r.measured()) >= 8]
-
-
-def _is_recording(path: Path) -> bool:
-    data = json.loads(path.read_text())
-    return isinstance(data, dict) and "layer" in data and isinstance(data.get("evaluations"), list)
+    return recordings_among(sorted(RECORDED.glob(pattern)), 8)
 
 
 def earlier() -> list[Recording]:

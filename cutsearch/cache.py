@@ -20,6 +20,11 @@ from cutsearch.persist import fsync_file
 MANIFEST = "entry.json"
 
 
+def default_cache_dir() -> Path:
+    """$CUTSEARCH_CACHE, else the user's cache directory: built kernels outlive any one study."""
+    return Path(os.environ.get("CUTSEARCH_CACHE") or Path.home() / ".cache" / "cutsearch" / "kernels")
+
+
 class Cache:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)

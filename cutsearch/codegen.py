@@ -47,6 +47,8 @@ class KernelSource:
 # The launcher's marker between what kernels can share and what each owns (templates/launcher.cu).
 KERNEL_PART = "// ==== one kernel ===="
 _NAMESPACE = "CUTSEARCH_NAMESPACE"
+# The toolkit the option registry plans for: the newest tested, whatever nvcc is on PATH.
+REGISTRY_CUDA = "13.0"
 # The C ABI's functions: renamed per kernel where several share one library.
 ABI_FUNCTIONS = ("cs_abi_version", "cs_kernel_name", "cs_error", "cs_workspace_size", "cs_create", "cs_bind",
                  "cs_run", "cs_destroy")
@@ -111,12 +113,9 @@ def _cutlass():
     import cutlass_library
     from cutlass_cppgen.library_defaults import OptionRegistry
 
-    # Pre-seed what the interface would otherwise learn from a CUDA context.
-    if cutlass_cppgen._nvcc_version is None:
-        try:
-            cutlass_cppgen._nvcc_version = cutlass_cppgen.nvcc_version()
-        except Exception:  # noqa: BLE001 - no nvcc: emitting code does not need it
-            cutlass_cppgen._nvcc_version = "13.0"
+    # Pre-seed what the interface would otherwise learn by running nvcc: the code emitted must
+    # not depend on which nvcc is on PATH (the compiler reports a kernel its toolkit cannot build).
+    cutlass_cppgen._nvcc_version = REGISTRY_CUDA
     cutlass_cppgen._option_registry = OptionRegistry(90)
     # Tracing an epilogue from source text needs two imports that module forgets.
     import ast

@@ -1,7 +1,8 @@
 """KernelSource -> CompiledKernel: the only module that runs nvcc.
 
 Builds run in parallel behind the content-addressed cache. The cache key holds everything
-that changes the binary: the source, the flags, the nvcc version, the CUTLASS version and the
+that changes the binary: the source, the flags, nvcc's full version, the host compiler's, the
+CUTLASS version and a digest of its headers, the environment variables nvcc reads, and the
 target architecture.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import math
@@ -22,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from cutsearch.cache import Cache
-from cutsearch.codegen import ABI_FUNCTIONS, KernelSource, batch_unit, cutlass_include_dirs, unit_group
+from cutsearch.cache import Cache, default_cache_dir
+from cutsearch.codegen import (ABI_FUNCTIONS, KernelSource, batch_unit, cutlass_include_dirs, cutlass_version,
+                               unit_group)
 from cutsearch.errors import EnvironmentProblem, UserError
 from cutsearch.outcome import Failure, FailureKind
 
@@ -40,6 +43,13 @@ LOG = "nvcc.log"
 # all of them; larger units only add latency.
 MAX_BATCH = 8
 INTERRUPTED = "not built"  # how the log of a build stopped from outside begins: never cached
+# Variables that nvcc or its host compiler read: they add flags, headers or libraries.
+NVCC_ENVIRONMENT = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CPATH", "CPLUS_INCLUDE_PATH",
+                    "C_INCLUDE_PATH", "LIBRARY_PATH")
+# Failures of the machine, not of the source (a killed cicc or ptxas, an unwritable temporary
+# directory, a missing library): never cached, so a later run builds the kernel again.
+_MACHINE_FAILURE = re.compile(r"died due to signal|[Cc]ould not open output file|cannot find -l|"
+                              r"exited 0 but wrote no library")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +59,8 @@ class Toolchain:
     cutlass_version: str
     arch: str = ARCH
     flags: tuple[str, ...] = FLAGS
-    build: str = ""  # nvcc's full version text and the host compiler's: a patch release changes code too
+    build: str = ""  # nvcc's and the host compiler's full versions, and nvcc's environment
+    headers: str = ""  # a digest of the CUTLASS headers compiled against: an edited copy is another build
 
     @classmethod
     def find(cls, cutlass_version: str) -> Toolchain:
@@ -70,25 +81,41 @@ class Toolchain:
         version = (int(found[1]), int(found[2]))
         if version < MIN_NVCC:
             raise EnvironmentProblem(f"nvcc {version[0]}.{version[1]} is too old for sm_90a: CUDA 12.0 or newer is needed")
+        environment = "".join(f"\n{name}={os.environ[name]}" for name in NVCC_ENVIRONMENT if name in os.environ)
         return cls(nvcc=nvcc, nvcc_version=f"{version[0]}.{version[1]}", cutlass_version=cutlass_version,
-                   build=out.strip() + "\n" + _host_compiler())
+                   build=out.strip() + "\n" + _host_compiler() + environment, headers=_headers_digest())
 
     def key(self, source: KernelSource) -> str:
         identity = {"source": source.digest, "flags": list(self.flags), "nvcc": self.nvcc_version,
-                    "cutlass": self.cutlass_version, "arch": self.arch, "build": self.build}
+                    "cutlass": self.cutlass_version, "arch": self.arch, "build": self.build,
+                    "headers": self.headers}
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _host_compiler() -> str:
-    """The first line of `g++ --version`: nvcc compiles the launcher's host code with it."""
-    cxx = os.environ.get("NVCC_CCBIN") or shutil.which("g++") or shutil.which("c++")
-    if not cxx:
-        return ""
+    """`gcc --version`: nvcc preprocesses and compiles the host code with it (or with NVCC_CCBIN's)."""
+    ccbin = os.environ.get("NVCC_CCBIN")
+    gcc = str(Path(ccbin) / "gcc") if ccbin and Path(ccbin).is_dir() else ccbin or shutil.which("gcc")
     try:
-        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run([gcc, "--version"], capture_output=True, text=True, timeout=60).stdout if gcc else ""
     except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return out.splitlines()[0] if out else ""
+        out = ""
+    return out.strip() or "host compiler: not found"  # nvcc then fails, and says why
+
+
+def _machine_failure(log: str) -> str | None:
+    """The line of a failed build's log that blames the machine, if one does."""
+    return next((line.strip() for line in log.splitlines() if _MACHINE_FAILURE.search(line)), None)
+
+
+@functools.cache
+def _headers_digest() -> str:
+    """sha256 of every file under the CUTLASS include directories, by relative path (about 0.1 s)."""
+    digest = hashlib.sha256()
+    for root in cutlass_include_dirs():
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:32]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,8 +200,11 @@ class Compiler:
                                        *(f"-l{lib}" for lib in source.libraries)], staged, self.timeout_s)
         if ok and not (staged / LIBRARY).is_file():
             log, ok = log + "\nnvcc exited 0 but wrote no library", False
+        if not ok and not log.startswith(INTERRUPTED) and (machine := _machine_failure(log)):
+            log = f"{INTERRUPTED}: {machine}\n" + log
         if not ok and log.startswith(INTERRUPTED):
-            # Out of time or killed (the OOM killer, say): the machine's doing, not the source's.
+            # Out of time, killed (the OOM killer, say), or short of a file: the machine's doing,
+            # not the source's.
             self.cache.discard(staged)
             return Failure(kind=FailureKind.COMPILE_ERROR, message=log.splitlines()[0][:300], log=log)
         if not ok:
@@ -330,6 +360,11 @@ class Compiler:
             return Failure(kind=FailureKind.COMPILE_ERROR, message=first.strip()[:300], log=log)
         return CompiledKernel(key=key, library=entry / LIBRARY, source=entry / SOURCE,
                               ptxas=PtxasReport.parse(log), compile_s=manifest["compile_s"], cached=cached, log=log)
+
+
+def local_compiler(*, jobs: int | None = None) -> Compiler:
+    """This machine's nvcc behind the user's kernel cache."""
+    return Compiler(Cache(default_cache_dir()), Toolchain.find(cutlass_version()), jobs=jobs)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -493,6 +493,10 @@ def benchmark(recordings: Sequence[Recording], *, strategies: Sequence[str] = ST
     """Every strategy on every recording, over `repeats` seeds: the efficiency report, as data."""
     if repeats <= 0:
         raise UserError(f"--repeats must be positive, got {repeats}")
+    if batch is not None and batch <= 0:
+        raise UserError(f"--batch must be positive, got {batch}")
+    if warm is not None and warm < 0:
+        raise UserError(f"--warm must be 0 or more, got {warm}")
     for s in strategies:
         if s not in STRATEGIES:
             raise UserError(f"unknown strategy {s!r}: choose from {', '.join(STRATEGIES)}")

@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from cutsearch import model
+from cutsearch import model, persist
 from cutsearch.outcome import Failure, FailureKind, Measurement, Outcome, Race, Timing
 from cutsearch.problem import Layer
 from cutsearch.space import Config, Knobs, kernel_problem, knob_grid
@@ -133,7 +134,7 @@ class GpuEvaluator:
                 continue
             kp = kernel_problem(layer, config)
             request = MeasureRequest(**_layer_args(layer), library=str(built.library), pad_n=kp.pad_n,
-                                     pad_k=kp.pad_k, knobs=tuple(knob_grid(config, layer)), seed=i + 1)
+                                     pad_k=kp.pad_k, knobs=tuple(knob_grid(config, layer)), seed=_input_seed(config))
             reply = self.worker.call(request, timeout_s=self.measure_timeout_s)
             _emit(events, "measured", ok=isinstance(reply, Measurement))
             yield Evaluation(config=config, outcome=reply, source=self.source, **info)
@@ -261,14 +262,43 @@ def read_recording(path: Path | str) -> tuple[Layer, list[Evaluation], dict[str,
         layer = Layer.from_dict(data["layer"])
     except UserError as exc:
         raise UserError(f"recording {path}: {exc}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UserError(f"recording {path} has a malformed evaluation or layer: {exc!r}") from None
+    except KeyError as exc:
+        raise UserError(f"recording {path} has an evaluation without {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"recording {path} has a malformed evaluation: {exc}") from None
+    for i, ev in enumerate(evals):
+        if (wrong := _mistyped(ev.config) or _mistyped(ev.outcome)) is not None:
+            raise UserError(f"recording {path}: evaluation {i} has {wrong}")
     return layer, evals, {k: v for k, v in data.items() if k not in ("layer", "evaluations")}
+
+
+_SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def _mistyped(obj: Any) -> str | None:
+    """The first field of a dataclass (and of those inside it) whose value is not of its type."""
+    if isinstance(obj, (tuple, list)):
+        return next((w for w in map(_mistyped, obj) if w is not None), None)
+    if not dataclasses.is_dataclass(obj):
+        return None
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        expected = _SCALARS.get(str(field.type))
+        if expected and (not isinstance(value, expected) or (bool not in expected and isinstance(value, bool))):
+            article = "an" if field.type == "int" else "a"
+            return f"{type(obj).__name__}.{field.name} = {value!r}, not {article} {field.type}"
+        if (wrong := _mistyped(value)) is not None:
+            return wrong
+    return None
+
+
+def _input_seed(config: Config) -> int:
+    """The seed of a config's random x, W and b: its own in every run, wherever it sits in a batch."""
+    return int.from_bytes(hashlib.sha256(config.key.encode()).digest()[:4], "little") or 1
 
 
 def save_recording(path: Path, layer: Layer, evaluations: Iterable[Evaluation], **meta: Any) -> None:
     """Write evaluations as a recording a ReplayEvaluator can load."""
     body = {"recorded": True, "layer": layer.to_dict(), **meta,
             "evaluations": [e.to_dict() for e in evaluations]}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(body, indent=1))
+    persist.write_text(Path(path), json.dumps(body, indent=1))  # replays trust it: never half-written

@@ -13,6 +13,7 @@ from typing import Any
 
 from cutsearch import codegen, persist
 from cutsearch.abi import ABI_VERSION, io_flags
+from cutsearch.compiler import ARCH
 from cutsearch.errors import UserError
 from cutsearch.problem import Layer
 from cutsearch.workspace import Workspace
@@ -150,7 +151,7 @@ def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any], verdict: str)
         layer, kernel_name=name, pad_n=transforms["pad_n"], pad_k=transforms["pad_k"], knobs=meta["knobs"]))
     files["kernel.cu"] = best / "kernel.cu"
     files[LIBRARY] = best / "kernel.so"
-    body = {"backend": "cutlass", "arch": meta.get("arch", "sm_90a"), "kernel": name,
+    body = {"backend": "cutlass", "arch": meta.get("arch", ARCH), "kernel": name,
             "config": meta["config"], "knobs": meta["knobs"], "transforms": transforms,
             "timing_us": meta["timing_us"], "kernel_us": meta.get("kernel_us", meta["timing_us"]["median_us"]),
             "cublas_us": meta["cublas_us"], "speedup": meta["speedup"], "verdict": verdict,
@@ -182,14 +183,12 @@ def _fallback_export(layer: Layer, reason: str, judged: dict[str, Any] | None) -
 
 
 def _build_fallback(source: codegen.KernelSource) -> tuple[Path | None, str | None]:
-    from cutsearch.cache import Cache
-    from cutsearch.compiler import Compiler, Toolchain
+    from cutsearch.compiler import local_compiler
     from cutsearch.errors import EnvironmentProblem
     from cutsearch.outcome import Failure
-    from cutsearch.search import default_cache_dir
 
     try:
-        compiler = Compiler(Cache(default_cache_dir()), Toolchain.find(codegen.cutlass_version()), jobs=1)
+        compiler = local_compiler(jobs=1)
     except EnvironmentProblem as exc:
         return None, str(exc)
     built = compiler.compile(source)

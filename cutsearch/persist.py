@@ -8,6 +8,7 @@ need all of its files at once, hold its lock: workers sharing a study write the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -46,20 +47,38 @@ def read_json(path: Path) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` to a temporary name and rename it into place: the old file or the new one.
+
+    An OSError names `path`, never the temporary name.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    if path.is_dir() or not path.name:
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(path))
+    tmp = None
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; the published file is not
         os.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # a failed write leaves the old file and nothing else
+        _discard(tmp)
         raise
+
+
+def _discard(tmp: str | None) -> None:
+    if tmp is not None:
+        Path(tmp).unlink(missing_ok=True)  # a failed write leaves the old file and nothing else
 
 
 @contextlib.contextmanager
@@ -132,7 +151,8 @@ def _recover_dir(target: Path) -> None:
         if olds:
             os.rename(olds[-1], target)
     for leftover in target.parent.glob(f".{target.name}.*"):
-        if leftover.is_dir() and ".old-" not in leftover.name:
+        # Staged copies never published, and old versions the one in place replaced.
+        if leftover.is_dir() and (".old-" not in leftover.name or target.exists()):
             shutil.rmtree(leftover, ignore_errors=True)
 
 
@@ -145,8 +165,10 @@ def verify_dir(target: Path) -> dict[str, Any]:
         raise UserError(f"{target} has no {META}: not a cutsearch kernel directory")
     try:
         meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{meta_path} is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("files", {}), dict):
+        raise UserError(f"{meta_path} is not a cutsearch {META}: it needs a table of files and their sha256")
     for name, digest in meta.get("files", {}).items():
         path = Path(target) / name
         if not path.is_file():

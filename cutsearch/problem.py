@@ -63,8 +63,9 @@ class Layer:
         if self.output not in OUTPUTS:
             raise UserError(f"unsupported output layout {self.output!r}: choose one of {', '.join(OUTPUTS)}")
         if self.bytes > MAX_LAYER_BYTES:
-            raise UserError(f"layer {self.m}x{self.n}x{self.k} needs {self.bytes / 2**30:.0f} GiB of "
-                            f"device memory, over the {MAX_LAYER_BYTES // 2**30} GiB this tool allows")
+            raise UserError(f"layer {self.m}x{self.n}x{self.k} needs {self.bytes:,} bytes ({self.bytes / 2**30:,.1f} "
+                            f"GiB) of device memory, over the {MAX_LAYER_BYTES:,} ({MAX_LAYER_BYTES // 2**30} GiB) "
+                            "this tool allows")
 
     @property
     def shape(self) -> str:
@@ -127,6 +128,8 @@ class Layer:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, name: str | None = None) -> Layer:
+        if not isinstance(data, dict):
+            raise UserError(f"a layer must be a table of M, N, K, dtype, ..., got {data!r}")
         known = {"M", "N", "K", "m", "n", "k", "dtype", "bias", "activation", "input", "output", "name"}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -200,7 +203,7 @@ def load_layers(path: Path) -> dict[str, Layer]:
 def select_layers(layers: dict[str, Layer], names: str | None, path: Path) -> dict[str, Layer]:
     """The layers of `load_layers(path)` that comma-separated `names` name, in their order; all of
     them without names. A table's name selects each of its dtypes (`tiny`: `tiny-f16`, `tiny-bf16`)."""
-    if not names:
+    if names is None:
         return layers
     wanted = [s.strip() for s in names.split(",") if s.strip()]
     if not wanted:

@@ -13,7 +13,6 @@ import functools
 import datetime
 import html
 import math
-import os
 import statistics
 import warnings
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from cutsearch import persist
 from cutsearch.errors import UserError
 from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
 from cutsearch.verdict import TrialRecord, Verdict, judge
@@ -203,13 +203,9 @@ def build_report(study: str, *, storage: str, out: Path) -> Path:
                         header=_header(d), body=body,
                         generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     out = Path(out)
-    staged = out.with_name(f".{out.name}.tmp")  # renamed into place: never half a report
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staged.write_text(page, encoding="utf-8")
-        os.replace(staged, out)
+        persist.write_text(out, page)  # renamed into place: never half a report
     except OSError as exc:
-        staged.unlink(missing_ok=True)
         raise UserError(f"cannot write the report {out}: {exc.strerror or exc}") from None
     return out
 

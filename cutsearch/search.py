@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +21,7 @@ from optuna.trial import TrialState
 
 from cutsearch import model, storage as storage_mod
 from cutsearch.compiler import usable_cpus
-from cutsearch.errors import UserError
+from cutsearch.errors import StudyTaken, UserError
 from cutsearch.evaluator import Evaluation, Evaluator
 from cutsearch.outcome import Failure, Measurement
 from cutsearch.problem import Layer
@@ -55,6 +54,7 @@ class SearchResult:
     failures: dict[str, int]
     wall_s: float
     source: str  # "measured", "recorded" or "predicted"
+    batch: int = 0  # trials asked at a time: with the seed, what makes a run repeatable
 
     @property
     def best(self) -> TrialRecord | None:
@@ -101,26 +101,25 @@ def open_study(layer: Layer, *, study_name: str, storage: optuna.storages.BaseSt
     recorded = study.user_attrs.get("layer")
     if recorded is None:
         if study.get_trials(deepcopy=False):
-            raise UserError(f"study {study_name!r} was not made by cutsearch: choose another --study name")
+            raise StudyTaken(f"study {study_name!r} was not made by cutsearch")
         study.set_user_attr("layer", layer.to_dict())
         study.set_user_attr("floor_us", layer.floor_us)
     elif recorded != layer.to_dict():
-        raise UserError(f"study {study_name!r} holds layer {recorded}, not {layer.to_dict()}: "
-                        "choose another --study name")
+        raise StudyTaken(f"study {study_name!r} holds layer {recorded}, not {layer.to_dict()}")
     if source is not None:
         held = {t.user_attrs["source"] for t in study.get_trials(deepcopy=False) if "source" in t.user_attrs}
         if held - {source}:
-            raise UserError(f"study {study_name!r} holds {' and '.join(sorted(held))} times, and this run's would "
-                            f"be {source}: choose another --study name")
+            raise StudyTaken(f"study {study_name!r} holds {' and '.join(sorted(held))} times, and this run's would "
+                             f"be {source}")
     if device_name is not None:
         with storage_mod.budget_lock(study):  # two hosts starting together must not both claim it
             measured_on = study.user_attrs.get("gpu")
             if measured_on is None:
                 study.set_user_attr("gpu", device_name)
             elif measured_on != device_name:
-                raise UserError(f"study {study_name!r} is measured on {measured_on}, and this GPU is {device_name}: "
-                                "times of different GPUs are never ranked together; give this GPU a study of its "
-                                "own (another --study, or another --studies-dir)")
+                raise StudyTaken(f"study {study_name!r} is measured on {measured_on}, and this GPU is {device_name}: "
+                                 "times of different GPUs are never ranked together",
+                                 "give this GPU a study of its own (another --study, or another --studies-dir)")
     return study
 
 
@@ -415,7 +414,8 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
         (t.user_attrs.get("failure") or {}).get("kind", "unknown") for t in finished if t.state == TrialState.FAIL)
     return SearchResult(study_name=study_name, layer=layer, verdict=judge(records(study), study.user_attrs.get("race")),
                         trials=len(finished), new_trials=run.new_trials, new_compiles=run.new_compiles,
-                        failures=dict(failures), wall_s=time.monotonic() - start, source=evaluator.source)
+                        failures=dict(failures), wall_s=time.monotonic() - start, source=evaluator.source,
+                        batch=batch)
 
 
 def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, events: Events | None) -> None:
@@ -576,6 +576,3 @@ def _emit(events: Events | None, name: str, **data: Any) -> None:
     if events is not None:
         events(name, data)
 
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("CUTSEARCH_CACHE") or Path.home() / ".cache" / "cutsearch" / "kernels")

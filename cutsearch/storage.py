@@ -54,7 +54,9 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
     _check_journal(path)
     try:
         _cut_torn_tail(path)
-        return JournalStorage(JournalFileBackend(str(path)))
+        storage = JournalStorage(JournalFileBackend(str(path)))
+        storage.get_all_studies()  # reads every record now: a corrupt one is reported here, not deep in a run
+        return storage
     except Exception as exc:  # noqa: BLE001 - a corrupt journal raises from deep inside Optuna
         raise UserError(f"study file {path} is corrupted or unreadable ({type(exc).__name__}: {exc}); "
                         "move it away to start afresh") from None
@@ -197,6 +199,25 @@ def budget_lock(study: optuna.Study) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def append_run(store: optuna.storages.BaseStorage, study_name: str, run: dict) -> list[dict]:
+    """Append one run to the study's history (its `runs` attribute), so a resume does not hide
+    the first run's cost; returns the whole history."""
+    study = optuna.load_study(study_name=study_name, storage=store)
+    with budget_lock(study):  # workers that finish together must not drop each other's run
+        runs = list(optuna.load_study(study_name=study_name, storage=store).user_attrs.get("runs", []))
+        runs.append(run)
+        study.set_user_attr("runs", runs)
+    return runs
+
+
+def artifact_store(root: Path) -> optuna.artifacts.FileSystemArtifactStore:
+    """Where a study's build logs are kept (created if missing)."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    root.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(str(root))
 
 
 def _redact(url: str) -> str:

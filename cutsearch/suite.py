@@ -73,18 +73,35 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def study_name(table: str) -> str:
+    """The study a suite's table is searched in (a UserError for a name no study can have)."""
+    from cutsearch.errors import UserError
+
+    try:
+        return Workspace.check_name(f"suite-{table}")
+    except UserError as exc:
+        raise UserError(f"suite table {table!r} cannot name a study: {exc}") from None
+
+
 def run_suite(layers: dict[str, Layer], *, tune: Callable[..., SearchResult], budget_s: float | None, trials: int,
               workspace: Workspace, command: str, gpu_name: Callable[[], str | None],
               on_layer: Callable[[str, int, int], None] | None = None, **tune_args: Any) -> tuple[Path, dict]:
     """Search each layer in turn, sharing `budget_s` evenly among the layers still to go."""
+    from cutsearch.errors import StudyTaken, UserError
+
+    studies = {name: study_name(name) for name in layers}  # every name checked before the first search
     start = time.monotonic()
     records = []
     for i, (name, layer) in enumerate(layers.items()):
         if on_layer is not None:
             on_layer(name, i, len(layers))
         left = None if budget_s is None else max(1.0, (budget_s - (time.monotonic() - start)) / (len(layers) - i))
-        result = tune(layer, trials=trials, timeout_s=left, study=f"suite-{name}", workspace=workspace,
-                      command=command, **tune_args)
+        try:
+            result = tune(layer, trials=trials, timeout_s=left, study=studies[name], workspace=workspace,
+                          command=command, **tune_args)
+        except StudyTaken as exc:
+            raise UserError(f"{exc.reason}: a suite names its studies after its tables, so rename table "
+                            f"{name!r}, or give another --studies-dir") from None
         records.append(record(name, result))
     gpu = gpu_name() or "unknown-gpu"
     date = datetime.date.today().isoformat()

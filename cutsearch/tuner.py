@@ -12,19 +12,25 @@ import dataclasses
 import datetime
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from cutsearch import persist
+from cutsearch.cache import default_cache_dir
 from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
+from cutsearch.outcome import Failure
 from cutsearch.problem import Layer
-from cutsearch.search import BATCH_PER_JOB, SearchResult, check_sampler, default_cache_dir, search
-from cutsearch.verdict import TrialRecord
+from cutsearch.search import BATCH_PER_JOB, SearchResult, check_sampler, search
 from cutsearch.space import DEFAULT_STAGES, STAGES, Space, transforms
+from cutsearch.verdict import TrialRecord
 from cutsearch.workspace import Workspace
+
+if TYPE_CHECKING:
+    from cutsearch.compiler import CompiledKernel
 
 EVALUATORS = ("gpu", "replay", "model")
 
@@ -65,9 +71,10 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
     only where K is long and they would leave most SMs idle (space.split_k_pays).
     `prune` lets TPE skip the configs the cost model rates hopeless.
     """
-    check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm, sampler=sampler)
+    check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm, sampler=sampler,
+                  evaluator=evaluator, recording=recording)
     ws = workspace or Workspace()
-    name = Workspace.check_name(study or layer.name or layer.slug)
+    name = Workspace.check_name(study if study is not None else layer.name or layer.slug)
     ws.writable()
     from cutsearch.storage import open_storage
 
@@ -81,23 +88,22 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
         def on_best(best: TrialRecord, cublas_us: float | None) -> None:
             _persist_best(ws.best_dir(name), layer, best, cublas_us, ev, toolchain)
 
-        from optuna.artifacts import FileSystemArtifactStore
+        from cutsearch.storage import artifact_store
 
-        ws.artifacts(name).mkdir(parents=True, exist_ok=True)
         nvcc_jobs = getattr(getattr(ev, "compiler", None), "jobs", None)
         result = search(layer, evaluator=ev, storage=store, study_name=name, trials=trials, timeout_s=timeout_s,
                         batch=batch or (nvcc_jobs and BATCH_PER_JOB * nvcc_jobs), sampler=sampler,
                         seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
                         space=Space(layer, stages=STAGES if all_stages else DEFAULT_STAGES,
                                     split_k=(False, True) if split_k else None), prune=prune,
-                        artifacts=FileSystemArtifactStore(str(ws.artifacts(name))),
+                        artifacts=artifact_store(ws.artifacts(name)),
                         device_name=(toolchain.gpu or {}).get("name"))
         if result.best is not None:
             # Against all of the study's cuBLAS timings, which later trials may have moved; also a
             # resumed study's best that an earlier run found.
             on_best(result.best, result.cublas_us)
-        command = command or " ".join(sys.argv)
-        runs = _record_run(store, name, result, command)
+        command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+        runs = _record_run(store, name, result, command, sampler=sampler, seed=seed)
         persist.write_json(ws.result_json(name), summary(result, toolchain=toolchain, command=command, runs=runs))
         return result
     finally:
@@ -106,10 +112,13 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
 
 
 def check_options(*, trials: int, gpu: int, jobs: int | None, batch: int | None, seed: int = 0,
-                  warm: int | None = None, sampler: str = "tpe") -> None:
+                  warm: int | None = None, sampler: str = "tpe", evaluator: Evaluator | str = "gpu",
+                  recording: Path | None = None) -> None:
     """The options every command that tunes shares (search, worker, suite), checked before anything
     is written or a GPU is opened."""
     check_sampler(sampler)
+    if recording is not None and evaluator != "replay":
+        raise UserError(f"--recording is replayed by --evaluator replay, not {evaluator}")
     if trials <= 0:
         raise UserError(f"--trials must be positive, got {trials}")
     if gpu < 0:
@@ -145,20 +154,46 @@ def priors(ws: Workspace, layer: Layer) -> tuple:
     return tuple(c for _, c in sorted(found, key=lambda f: -f[0]))
 
 
-def _record_run(store, name: str, result: SearchResult, command: str) -> list[dict[str, Any]]:
-    """Append this run to the study's history, so a resume does not hide the first run's cost."""
-    import optuna
+def prebuild(layers: dict[str, Layer], *, top: int = 8, jobs: int | None = None,
+             workspace: Workspace | None = None) -> Iterator[tuple[str, CompiledKernel | Failure]]:
+    """Compile the `top` configs a new study of each layer would measure first into the kernel
+    cache, without a GPU; yields ("<layer> <config>", result) as each is built or found.
 
-    from cutsearch.storage import budget_lock
+    A config the interface cannot render yields its Failure; a kernel several layers share is
+    built once, under the first one's name.
+    """
+    from cutsearch import codegen
+    from cutsearch.compiler import local_compiler
+    from cutsearch.outcome import FailureKind
+    from cutsearch.search import first_configs
 
-    study = optuna.load_study(study_name=name, storage=store)
-    with budget_lock(study):  # workers that finish together must not drop each other's run
-        runs = list(optuna.load_study(study_name=name, storage=store).user_attrs.get("runs", []))
-        runs.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                     "wall_s": round(result.wall_s, 2), "new_trials": result.new_trials,
-                     "new_compiles": result.new_compiles, "command": command})
-        study.set_user_attr("runs", runs)
-    return runs
+    if top <= 0:
+        raise UserError(f"--top must be positive, got {top}")
+    ws = workspace or Workspace()
+    compiler = local_compiler(jobs=jobs)
+    sources: dict[str, tuple[str, codegen.KernelSource]] = {}
+    for name, layer in layers.items():
+        for config in first_configs(layer, Space(layer), top, priors(ws, layer)):
+            try:
+                src = codegen.render(layer, config)
+            except codegen.CodegenError as exc:
+                yield f"{name} {config.key}", Failure(kind=FailureKind.INVALID, message=str(exc))
+                continue
+            sources.setdefault(src.digest, (f"{name} {config.key}", src))
+    yield from compiler.compile_many(sources.values())
+
+
+def _record_run(store, name: str, result: SearchResult, command: str, *, sampler: str = "tpe",
+                seed: int = 0) -> list[dict[str, Any]]:
+    """Append this run to the study's history, so a resume does not hide the first run's cost,
+    with what it takes to repeat it (sampler, seed and batch size)."""
+    from cutsearch.storage import append_run
+
+    return append_run(store, name, {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(result.wall_s, 2), "new_trials": result.new_trials,
+        "new_compiles": result.new_compiles, "command": command,
+        "sampler": sampler, "seed": seed, "batch": result.batch})
 
 
 def study_layer(study: str, storage: str | None = None, workspace: Workspace | None = None,
@@ -218,7 +253,7 @@ def _persist_best(target: Path, layer: Layer, best: TrialRecord, cublas_us: floa
         "timing_us": meas["timing"], "kernel_us": best.median_us, "cublas_us": cublas_us,
         "cublas_beside_us": meas["baseline"]["median_us"] if meas.get("baseline") else None,
         "speedup": cublas_us / best.median_us if cublas_us and best.median_us else None,
-        "floor_us": layer.floor_us, "trial": best.number, "arch": "sm_90a",
+        "floor_us": layer.floor_us, "trial": best.number, "arch": ev.compiler.toolchain.arch,
         "gpu": toolchain.gpu, "nvcc": toolchain.nvcc, "cutlass": toolchain.cutlass,
         "kernel_key": key, "ptxas": best.evaluation.get("ptxas"),
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

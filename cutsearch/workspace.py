@@ -37,6 +37,8 @@ class Workspace:
         return self.root / "results" / f"{self.check_name(name)}.json"
 
     def storage_url(self, name: str, override: str | None = None) -> str:
+        if override is not None and not override.strip():
+            raise UserError("--storage is empty: give a storage URL or journal file, or leave it out")
         return override or str(self.journal(name))
 
     def writable(self) -> None:

@@ -185,7 +185,7 @@ def drive(argv: list[str] | None = None) -> None:
     from cutsearch.evaluator import GpuEvaluator
     from cutsearch.pool import WorkerProcess
     from cutsearch.problem import Layer
-    from cutsearch.search import default_cache_dir
+    from cutsearch.cache import default_cache_dir
 
     markers = Path(os.environ[MARKERS_ENV])
     if args.pause_in_persist:

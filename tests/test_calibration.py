@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,10 +126,17 @@ def test_calibrate_command_reports_and_writes_without_applying(tmp_path):
 
 # --------------------------------------------------------------------------- second opinion (optional)
 
-def test_second_opinion_is_optional():
+def test_second_opinion_is_optional(monkeypatch):
     from cutsearch import heuristics
 
-    assert isinstance(heuristics.available(), bool)  # importing cutsearch.heuristics needs no package
+    monkeypatch.setitem(sys.modules, "nvMatmulHeuristics", None)  # as if it were not installed
+    heuristics._module.cache_clear()
+    try:
+        assert heuristics.available() is False
+        with pytest.raises(heuristics.HeuristicsUnavailable, match="pip install nvidia-matmul-heuristics"):
+            heuristics.Heuristics()
+    finally:
+        heuristics._module.cache_clear()
 
 
 def test_second_opinion_ranks_recorded_configs_without_a_gpu(recorded):

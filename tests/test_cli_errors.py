@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -81,7 +82,7 @@ NVCC_13 = 'case "$1" in --version) echo "Cuda compilation tools, release 13.0, V
     (["--m", "64", "--n", "1.5", "--k", "64"], ["'--n'", "integer"]),
     (["--m", "abc", "--n", "64", "--k", "64"], ["'--m'", "integer"]),
     (["--m", "64", "--n", "64", "--k", "3000000000"], ["K=3000000000 is beyond int32"]),
-    (["--m", "2000000", "--n", "2000000", "--k", "16"], ["7451 GiB", "64 GiB"]),
+    (["--m", "2000000", "--n", "2000000", "--k", "16"], ["(7,450.7 GiB)", "(64 GiB)"]),
     (["--m", "64", "--n", "64", "--k", "64", "--dtype", "f32"], ["unsupported dtype 'f32'", "f16, bf16"]),
     (["--m", "64", "--n", "64", "--k", "64", "--activation", "tanh"], ["unsupported activation 'tanh'"]),
     (["--m", "64", "--n", "64"], ["--m M --n N --k K"]),
@@ -91,9 +92,12 @@ NVCC_13 = 'case "$1" in --version) echo "Cuda compilation tools, release 13.0, V
     (["--m", "64", "--n", "64", "--k", "64", "--study", "../escape"], ["study name '../escape'"]),
     (["--m", "64", "--n", "64", "--k", "64", "--input", "strided"], ["unsupported input layout 'strided'"]),
     (["--m", "64", "--n", "64", "--k", "64", "--output", "packed"], ["unsupported output layout 'packed'"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--all-stages", "true"], ["'true' is no layer file", "take no value"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--study", ""], ["study name ''"]),
+    (["--m", "64", "--n", "64", "--k", "64", "--storage", ""], ["--storage is empty"]),
 ], ids=["M-zero", "N-negative", "K-zero", "N-not-integer", "M-not-a-number", "K-beyond-int32",
         "beyond-memory", "dtype", "activation", "K-missing", "duration", "jobs", "batch", "study-name", "input",
-        "output"])
+        "output", "flag-with-a-value", "empty-study", "empty-storage"])
 def test_bad_layer_or_option_is_one_line_and_writes_nothing(studies, args, fragments):
     one_line_error(cutsearch("search", *args, *REPLAY), *fragments)
     assert nothing_written(studies)
@@ -349,10 +353,7 @@ def test_a_full_disk_in_the_cache_is_an_environment_problem_and_leaves_no_stagin
 # ---- export into a directory that is not ours --------------------------------------------------------
 
 def test_export_into_a_foreign_directory_is_refused_and_leaves_it_alone(studies, tmp_path):
-    try:
-        from cutsearch.export import export
-    except ImportError:
-        pytest.xfail("cutsearch.export is not written yet")
+    from cutsearch.export import export
     from cutsearch.workspace import Workspace
 
     assert cutsearch("search", *LAYER, *REPLAY, "--study", "exported", "--trials", "1").returncode == 0
@@ -422,6 +423,105 @@ def test_a_study_that_cutsearch_did_not_make_is_not_taken_over(studies):
     assert len(after.trials) == 2 and after.user_attrs == study.user_attrs == {}
 
 
+@pytest.mark.parametrize(("options", "fragment"), [
+    (["--activation", "relu"], "drop --activation"),
+    (["--dtype", "bf16", "--output", "transposed"], "drop --dtype, --output"),
+    (["--evaluator", "model", "--recording", str(RECORDING)], "--recording is replayed by --evaluator replay"),
+], ids=["activation", "dtype-and-layout", "recording-unused"])
+def test_an_option_the_search_would_ignore_is_one_line(studies, tmp_path, options, fragment):
+    layer = tmp_path / "layer.toml"
+    layer.write_text("[layer]\nM = 16\nN = 64\nK = 64\n")
+    one_line_error(cutsearch("search", str(layer), *options), fragment)
+    assert nothing_written(studies)
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    (lambda e: e["measurement"]["timing"].update(median_us="fast"), "Timing.median_us = 'fast', not a float"),
+    (lambda e: e["measurement"]["timing"].update(median_us=None), "Timing.median_us = None, not a float"),
+    (lambda e: e["config"].update(tile_m="big"), "Config.tile_m = 'big', not an int"),
+], ids=["median-text", "median-null", "tile-text"])
+def test_a_recording_with_a_value_of_the_wrong_type_is_one_line_for_every_reader(studies, tmp_path, change,
+                                                                                   fragment):
+    data = json.loads(RECORDING.read_text())
+    change(next(e for e in data["evaluations"] if e.get("measurement")))
+    recording = tmp_path / "typed.json"
+    recording.write_text(json.dumps(data))
+    for args in (["calibrate", str(recording), "--out", str(tmp_path / "c.json")],
+                 ["efficiency", str(recording), "--out", str(tmp_path / "e.json")],
+                 ["search", *LAYER, "--evaluator", "replay", "--recording", str(recording)]):
+        one_line_error(cutsearch(*args), str(recording), fragment)
+
+
+def test_a_recording_whose_layer_is_no_table_is_one_line(studies, tmp_path):
+    data = {**json.loads(RECORDING.read_text()), "layer": "oops"}
+    recording = tmp_path / "layer.json"
+    recording.write_text(json.dumps(data))
+    one_line_error(cutsearch("calibrate", str(recording), "--out", str(tmp_path / "c.json")),
+                   "a layer must be a table")
+
+
+def test_a_journal_with_a_bad_record_inside_is_one_line_for_a_new_study_too(studies, tmp_path):
+    assert cutsearch("search", *LAYER, *REPLAY, "--study", "r", "--trials", "2").returncode == 0
+    journal = studies / "r" / "journal.log"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    broken = tmp_path / "broken.log"
+    broken.write_bytes(lines[0] + b"garbage{\n" + b"".join(lines[1:]))
+    before = broken.read_bytes()
+    for args in (["search", *LAYER, *REPLAY, "--study", "another", "--storage", str(broken)],
+                 ["worker", "--study", "r", "--storage", str(broken), "--evaluator", "model"],
+                 ["show", "r", "--storage", str(broken)]):
+        one_line_error(cutsearch(*args), "is corrupted or unreadable")
+    assert broken.read_bytes() == before  # no record appended to it
+
+
+@pytest.mark.parametrize("out", ["", ".", "/"], ids=["empty", "here", "root"])
+def test_a_report_to_a_directory_is_one_line(studies, out):
+    assert cutsearch("search", *LAYER, *REPLAY, "--study", "r", "--trials", "1").returncode == 0
+    one_line_error(cutsearch("report", "r", "--out", out), "cannot write the report", "is a directory")
+
+
+@pytest.mark.parametrize("meta", ["[]", "null", "5", '{"files": 5}'], ids=["list", "null", "number", "files"])
+def test_an_export_with_a_malformed_meta_json_is_one_line(studies, tmp_path, meta):
+    from cutsearch import persist
+
+    (tmp_path / "exported").mkdir()
+    (tmp_path / "exported" / "meta.json").write_text(meta)
+    with pytest.raises(UserError, match="is not a cutsearch meta.json"):
+        persist.verify_dir(tmp_path / "exported")
+
+
+def test_an_output_named_by_its_directory_names_the_path_given_not_a_temporary_one(studies, tmp_path):
+    (tmp_path / "adir").mkdir()
+    line = one_line_error(cutsearch("calibrate", str(RECORDING), "--out", str(tmp_path / "adir")))
+    assert line == f"error: is a directory, not a file: {tmp_path / 'adir'}"
+
+
+def test_a_suite_table_that_cannot_name_a_study_is_refused_before_any_search(studies, tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text('[first]\nM = 16\nN = 64\nK = 64\n["bad name"]\nM = 16\nN = 64\nK = 64\n')
+    one_line_error(cutsearch("suite", str(suite), "--evaluator", "model", "--trials", "1"),
+                   "suite table 'bad name' cannot name a study")
+    assert nothing_written(studies)
+
+
+def test_a_suite_table_whose_study_holds_another_layer_says_to_rename_the_table(studies, tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text("[a]\nM = 16\nN = 64\nK = 64\n")
+    assert cutsearch("suite", str(suite), "--evaluator", "model", "--trials", "1").returncode == 0
+    suite.write_text("[a]\nM = 16\nN = 128\nK = 64\n")
+    proc = cutsearch("suite", str(suite), "--evaluator", "model", "--trials", "1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]  # after the suite's "layer 1/1: a"
+    assert line.startswith("error: ") and "so rename table 'a', or give another --studies-dir" in line
+    assert "--study name" not in line  # a suite has no --study option
+
+
+def test_version_and_short_help():
+    version = cutsearch("--version")
+    assert version.returncode == 0 and version.stdout.startswith("cutsearch ")
+    assert cutsearch("search", "-h").returncode == 0
+
+
 @pytest.mark.parametrize(("table", "fragment"), [
     ('[a]\nM = 64\nN = 64\nK = 64\nactvation = "relu"\n', "unknown layer key(s): actvation"),
     ('[a]\nM = 64\nN = 64\nK = 64\nBias = true\n', "unknown layer key(s): Bias"),
@@ -441,6 +541,9 @@ def test_a_suite_file_keeps_its_measured_notes_beside_each_layer(studies, tmp_pa
     suite.write_text('[a]\nm = 16\nn = 64\nk = 64\nfloor_us = 1.0\nf16 = { linear = 8.5 }\n')
     proc = cutsearch("suite", str(suite), "--evaluator", "model", "--trials", "1")
     assert proc.returncode == 0, proc.stderr
+    [result] = (studies / "results").glob("suite-model-evaluator-*.json")
+    records = json.loads(result.read_text())["records"]
+    assert [(r["name"], r["M"], r["N"], r["K"], r["dtype"]) for r in records] == [("a", 16, 64, 64, "f16")]
 
 
 @pytest.mark.parametrize("args", [["--only", ","], ["--jobs", "0"], ["--batch", "-1"], ["--gpu", "-1"],
@@ -508,7 +611,7 @@ def test_sigterm_stops_the_builds_too_and_says_how_to_resume(studies, tmp_path):
         _, stderr = proc.communicate(timeout=60)
         assert len(started) == 4, stderr
         assert proc.returncode == 128 + signal.SIGTERM, stderr
-        assert "Traceback" not in stderr and "terminated by SIGTERM: finished trials are saved" in stderr
+        assert "Traceback" not in stderr and "terminated by SIGTERM: the kernels built so far are cached" in stderr
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(_alive(pid) for pid in started):
             time.sleep(0.1)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from cutsearch import codegen, loader
+from cutsearch import compiler as compiler_module
 from cutsearch.cache import MANIFEST, Cache
 from cutsearch.codegen import KernelSource, cutlass_version, render
 from cutsearch.fatbin import device_code
@@ -65,7 +66,9 @@ def no_nvcc(monkeypatch):
         calls.append(cmd)
         raise AssertionError(f"nvcc ran on a cache hit: {cmd}")
 
+    # Builds start nvcc with Popen and links with run: refuse both.
     monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
     return calls
 
 
@@ -138,6 +141,16 @@ def test_compile_error_is_recorded_with_its_log_and_never_rebuilt(built, broken,
     assert (entry / SOURCE).read_text() == BROKEN.code
     assert compiler.compile(BROKEN) == failed  # from the cache: no_nvcc fails any nvcc run
     assert compiler.lookup(BROKEN) == failed
+    assert no_nvcc == []
+
+
+@pytest.mark.nvcc
+def test_the_no_nvcc_guard_refuses_a_build(built, no_nvcc):
+    compiler = built[0]
+    uncached = dataclasses.replace(BROKEN, code=BROKEN.code + "\n// not in the cache\n")
+    with pytest.raises(AssertionError, match="nvcc ran"):
+        compiler.compile(uncached)
+    assert no_nvcc
 
 
 @pytest.mark.nvcc
@@ -147,6 +160,7 @@ def test_compile_many_yields_each_tag_with_its_result(built, broken, no_nvcc):
     assert set(results) == {"good", "bad"}
     assert isinstance(results["good"], CompiledKernel) and results["good"].key == first.key
     assert isinstance(results["bad"], Failure) and results["bad"].kind is FailureKind.COMPILE_ERROR
+    assert no_nvcc == []
 
 
 # --- without nvcc ---------------------------------------------------------------------------
@@ -162,7 +176,8 @@ SOURCE_A = KernelSource(operation_name="k", code="// kernel A\n", cutlass_versio
     {"cutlass_version": "4.1.0"},
     {"arch": "sm_100a"},
     {"build": "Cuda compilation tools, release 13.0, V13.0.88\ng++ (GCC) 13.2.0"},
-], ids=["extra-flag", "dropped-flag", "nvcc", "cutlass", "arch", "nvcc-patch-or-host-compiler"])
+    {"headers": "0" * 32},
+], ids=["extra-flag", "dropped-flag", "nvcc", "cutlass", "arch", "nvcc-patch-or-host-compiler", "cutlass-headers"])
 def test_cache_key_changes_with_everything_that_changes_the_binary(change):
     assert dataclasses.replace(TOOLCHAIN, **change).key(SOURCE_A) != TOOLCHAIN.key(SOURCE_A)
 
@@ -190,6 +205,47 @@ def test_a_build_stopped_from_outside_is_a_failure_that_is_not_remembered(tmp_pa
     failed = compiler.compile(SOURCE_A)
     assert isinstance(failed, Failure) and "killed by signal 9" in failed.message
     assert compiler.lookup(SOURCE_A) is None
+
+
+@pytest.mark.parametrize("said", [
+    "nvcc error   : 'ptxas' died due to signal 9 (Kill signal)",
+    "/usr/bin/ld: cannot find -lcublasLt: No such file or directory",
+    "Could not open output file 'tmpxft_0001.cudafe1.cpp'",
+])
+def test_a_build_the_machine_failed_is_not_remembered(tmp_path, said):
+    """A killed ptxas, a missing library, an unwritable temporary directory: the next search
+    builds the kernel again, where a compile error is remembered."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho \"{said}\" >&2\nexit 1\n")
+    nvcc.chmod(0o755)
+    compiler = Compiler(Cache(tmp_path / "cache"), dataclasses.replace(TOOLCHAIN, nvcc=str(nvcc)), jobs=1)
+    failed = compiler.compile(SOURCE_A)
+    assert isinstance(failed, Failure) and failed.message == f"not built: {said}"
+    assert compiler.lookup(SOURCE_A) is None
+    nvcc.write_text("#!/bin/sh\necho \"kernel.cu(1): error: expected a declaration\" >&2\nexit 1\n")
+    assert isinstance(compiler.compile(SOURCE_A), Failure)
+    assert compiler.lookup(SOURCE_A) is not None
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", compiler_module.NVCC_ENVIRONMENT)
+def test_the_variables_nvcc_reads_are_in_the_cache_key(monkeypatch, name):
+    monkeypatch.setattr(compiler_module, "_headers_digest", lambda: "h")
+    for var in compiler_module.NVCC_ENVIRONMENT:
+        monkeypatch.delenv(var, raising=False)
+    plain = Toolchain.find("4.2.0")
+    monkeypatch.setenv(name, "-DSOMETHING" if "FLAGS" in name else "/opt/elsewhere")
+    assert Toolchain.find("4.2.0").key(SOURCE_A) != plain.key(SOURCE_A)
+
+
+def test_the_headers_digest_covers_every_cutlass_header(monkeypatch, tmp_path):
+    include = tmp_path / "include" / "cute"
+    include.mkdir(parents=True)
+    (include / "tensor.hpp").write_text("// one\n")
+    monkeypatch.setattr(compiler_module, "cutlass_include_dirs", lambda: [tmp_path / "include"])
+    first = compiler_module._headers_digest.__wrapped__()
+    (include / "tensor.hpp").write_text("// two\n")
+    assert compiler_module._headers_digest.__wrapped__() != first
 
 
 PTXAS_CLEAN = """ptxas info    : Compiling entry function '_ZN7cutlass13device_kernelI' for 'sm_90a'
@@ -481,3 +537,27 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie is dead, not reaped
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+@pytest.mark.nvcc
+def test_build_fills_the_cache_with_what_a_new_study_builds_first(tmp_path):
+    """`cutsearch build` compiles a new study's first configs; the search then finds them built."""
+    from cutsearch.cache import default_cache_dir
+    from cutsearch.search import first_configs
+    from cutsearch.space import Space
+    from cutsearch.tuner import prebuild
+
+    layer = Layer(m=64, n=64, k=64, dtype="f16")
+    results = dict(prebuild({"tiny": layer}, top=2, jobs=2))
+    assert len(results) == 2 and all(isinstance(r, CompiledKernel) and not r.cached for r in results.values())
+    assert all(tag.startswith("tiny ") for tag in results)
+    compiler = Compiler(Cache(default_cache_dir()), Toolchain.find(cutlass_version()), jobs=1)
+    for config in first_configs(layer, Space(layer), 2):
+        assert isinstance(compiler.lookup(render(layer, config)), CompiledKernel)
+    suite = tmp_path / "suite.toml"
+    suite.write_text("[tiny]\nM = 64\nN = 64\nK = 64\n")
+    cli = subprocess.run([sys.executable, "-m", "cutsearch", "build", str(suite), "--top", "2"],
+                         capture_output=True, text=True, cwd=Path(__file__).parent.parent,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert cli.returncode == 0, cli.stderr
+    assert "2 distinct kernels: 0 built, 2 already cached, 0 failed" in cli.stdout

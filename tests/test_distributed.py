@@ -134,6 +134,7 @@ def test_a_worker_started_before_the_search_waits_for_its_study(tmp_path):
     assert sum(map(counts, trials)) == 8
 
 
+@pytest.mark.nvcc
 def test_a_host_with_another_gpu_cannot_join_a_study(storage, monkeypatch):
     """Times of an H100 and an H200 must never be ranked together: the study's first GPU names
     it. The real tuner, GpuEvaluator and nvcc, with the fake worker claiming each GPU."""
@@ -143,7 +144,7 @@ def test_a_host_with_another_gpu_cannot_join_a_study(storage, monkeypatch):
     from cutsearch.evaluator import GpuEvaluator
     from cutsearch.pool import WorkerProcess
     from cutsearch.problem import Layer
-    from cutsearch.search import default_cache_dir
+    from cutsearch.cache import default_cache_dir
     from cutsearch.console import print_study
     from rich.console import Console
     from tests import fakes

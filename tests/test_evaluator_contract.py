@@ -118,7 +118,9 @@ def test_measurements_have_a_positive_median_between_p20_and_p80(evaluated):
 def test_gpu_measurements_time_the_floors_beside_cublas(evaluated):
     if evaluated.case.name != "gpu":
         pytest.skip("only the GPU measures floors")
-    for m in (e.outcome for e in evaluated.evaluations if isinstance(e.outcome, Measurement)):
+    measured = [e.outcome for e in evaluated.evaluations if isinstance(e.outcome, Measurement)]
+    assert measured
+    for m in measured:
         floors = dict(m.floors)
         assert set(floors) == {"empty kernel"}
         assert all(t.median_us > 0 for t in floors.values())
@@ -171,8 +173,12 @@ def test_an_empty_batch_yields_nothing(case):
 
 def test_close_is_idempotent(case):
     evaluator = case.make()
+    if case.name == "gpu":
+        evaluator.device()  # starts the worker, so that there is one to stop
     evaluator.close()
-    evaluator.close()
+    evaluator.close()  # must not raise
+    if case.name == "gpu":
+        assert evaluator.worker.pid is None
 
 
 def test_works_without_an_events_callback(case):

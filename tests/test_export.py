@@ -25,6 +25,7 @@ from cutsearch.errors import UserError
 from cutsearch.evaluator import GpuEvaluator
 from cutsearch.export import HEADER, LIBRARY, _fallback_export, _write, export
 from cutsearch.pool import WorkerProcess
+from cutsearch.space import Config, transforms
 from cutsearch.storage import open_storage
 from cutsearch.workspace import Workspace
 from tests import fakes
@@ -66,7 +67,8 @@ def test_export_writes_a_self_contained_directory_with_every_hash(exported):
     assert meta["backend"] == "cutlass" and meta["exported_by"] == "cutsearch"
     assert set(meta["files"]) == {"kernel.cu", LIBRARY, HEADER, "CMakeLists.txt", "example.cpp", "README.md"}
     assert meta["layer"] == LAYER.to_dict()
-    assert meta["transforms"] == {"swap_ab": False, "pad_n": 64, "pad_k": 64} or meta["transforms"]["pad_n"] == 64
+    assert meta["transforms"] == transforms(LAYER, Config.from_dict(meta["config"]), meta["knobs"])
+    assert (meta["transforms"]["pad_n"], meta["transforms"]["pad_k"]) == (64, 64)  # 64 is aligned: nothing padded
     assert meta["speedup"] > 1 and meta["timing_us"]["median_us"] < meta["cublas_us"]
     assert meta["arch"] == "sm_90a"
     assert "int cs_create(" in (target / HEADER).read_text()

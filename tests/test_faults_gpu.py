@@ -144,12 +144,6 @@ def test_a_race_times_each_correct_kernel_and_cublas_every_round_and_checks_them
 
 
 @pytest.mark.gpu
-def test_compile_error_costs_one_candidate_and_the_next_one_measures(worker, built):
-    assert built["compile_error"].kind is FailureKind.COMPILE_ERROR
-    measure_correct(worker, built)
-
-
-@pytest.mark.gpu
 def test_gpu_evaluator_types_every_planted_fault_and_measures_the_rest(tmp_path, monkeypatch):
     """The whole evaluator path (render, compile, measure), with the fault kernels as candidates."""
     import cutsearch.codegen as codegen

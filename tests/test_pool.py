@@ -54,6 +54,7 @@ def test_sleep_past_the_timeout_is_a_timeout_that_costs_the_timeout_and_a_new_ch
     cost = time.monotonic() - started
     assert isinstance(reply, Failure) and reply.kind is FailureKind.TIMEOUT
     assert "killed and replaced" in reply.message and "sleep" in reply.log
+    assert "in _handle" in reply.log  # where it hung, from the child's own stacks
     assert TIMEOUT_S <= cost < TIMEOUT_S + SLACK_S
     assert pool.restarts == 1
     after = answer(pool)
@@ -85,6 +86,8 @@ def test_a_dying_child_is_a_crash_and_the_next_request_gets_a_new_one(pool, acti
     assert isinstance(reply, Failure) and reply.kind is FailureKind.CRASH
     assert f"exit code {code}" in reply.message
     assert action in reply.log  # the request that killed it
+    if action == "segfault":  # where it died, from the child's own stacks
+        assert "Segmentation fault" in reply.log and "in _handle" in reply.log
     assert pool.restarts == 1
     after = answer(pool)
     assert after.pid != first.pid and after.served == 1

@@ -18,7 +18,7 @@ import cutsearch
 from cutsearch import loader, persist
 from cutsearch.evaluator import GpuEvaluator
 from cutsearch.outcome import Measurement
-from cutsearch.search import default_cache_dir
+from cutsearch.cache import default_cache_dir
 from cutsearch.space import invalid_reason, kernel_problem
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]

@@ -523,7 +523,8 @@ def test_config_key_is_stable():
 def test_config_keys_differ_in_every_field():
     base = cfg()
     variants = [dataclasses.replace(base, **{f.name: v}) for f, v in zip(dataclasses.fields(Config), (
-        64, 256, 128, 2, 2, "pingpong", "nosmem", 4, "streamk", True, True))]
+        64, 256, 128, 2, 2, "pingpong", "nosmem", 4, "streamk", True, True, True), strict=True)]
+    assert all(v != base for v in variants)
     keys = {base.key} | {v.key for v in variants}
     assert len(keys) == len(variants) + 1
 

@@ -7,22 +7,42 @@ SIGTERM and SIGHUP stop a command as Ctrl-C does, so that its cleanup runs (no n
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import sys
+
 import typer
 from rich.console import Console
 
 from cutsearch.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Find a faster CUTLASS kernel for one fully-connected layer on a Hopper GPU.")
 err = Console(stderr=True)
 out = Console()
 
 
+def _version(value: bool) -> None:
+    if value:
+        import importlib.metadata
+
+        try:
+            print(f"cutsearch {importlib.metadata.version('cutsearch')}")
+        except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+            print("cutsearch (not installed)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
     """Find a faster CUTLASS kernel for one fully-connected layer on a Hopper GPU."""
+
+
+def invocation() -> str:
+    """The command line as the user would type it again, for the records a command writes."""
+    return "cutsearch " + shlex.join(sys.argv[1:])
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -86,11 +106,20 @@ def main() -> None:
             raise
     if code == 130:
         how = f"terminated by {signal.Signals(_terminated_by[0]).name}" if _terminated_by else "interrupted"
-        err.print(f"{how}: finished trials are saved; run the same command to resume")
+        err.print(f"{how}: {_SAVED.get(_command_name(), 'nothing was written')}")
         if _terminated_by:
             code = 128 + _terminated_by[0]  # the shell's code for a process the signal ended
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+# What an interrupted command keeps, by command.
+_SAVED = {name: "finished trials are saved; run the same command to resume" for name in ("search", "worker", "suite")}
+_SAVED["build"] = "the kernels built so far are cached; run the same command to build the rest"
+
+
+def _command_name() -> str:
+    return next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
 
 
 def _during_interrupt(exc: BaseException) -> bool:

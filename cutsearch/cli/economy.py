@@ -7,24 +7,19 @@ printed says so.
 from __future__ import annotations
 
 import math
-import shlex
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.table import Table
 
-from cutsearch.cli.app import app, err, out
+from cutsearch import persist
+from cutsearch.cli.app import app, err, invocation, out
 from cutsearch.errors import UserError
 from cutsearch.workspace import Workspace
 
 _STUDIES = typer.Option(None, "--studies-dir", envvar="CUTSEARCH_STUDIES", help="Where studies live.")
 _RECORDINGS = typer.Argument(..., help="Recordings: JSON files written by `cutsearch record`.")
-
-
-def _command() -> str:
-    return "cutsearch " + shlex.join(sys.argv[1:])
 
 
 def _rho(value: float | None) -> str:
@@ -48,7 +43,9 @@ def record_cmd(
     url = ws.storage_url(name, storage)
     if storage is None and not ws.journal(name).is_file():
         raise UserError(f"no study {name!r} in {ws.root}: give --storage or --studies-dir")
-    summary = record_study(name, storage=url, out=out_path, command=_command(),
+    if results is not None and not isinstance(persist.read_json(results), dict):
+        raise UserError(f"--results {results} is no study summary (a JSON file written by `cutsearch search`)")
+    summary = record_study(name, storage=url, out=out_path, command=invocation(),
                            results=results or ws.result_json(name))
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary.skipped.items())) or "none"
     out.print(f"recorded {summary.evaluations} evaluations ({summary.measured} measured) of "
@@ -63,13 +60,14 @@ def calibrate_cmd(
     rows: int = typer.Option(20, help="Rows of the predicted-vs-measured table to print (all go to the JSON)."),
 ) -> None:
     """Fit the cost model's constants to recorded measurements; prints them, never applies them."""
-    from cutsearch import persist
     from cutsearch.calibration import fit
     from cutsearch.efficiency import load_recordings
 
+    if rows < 0:
+        raise UserError(f"--rows must be 0 or more, got {rows}")
     recs = load_recordings(recordings)
     result = fit(recs, objective=objective)
-    data = result.to_dict(recordings=recs, command=_command())
+    data = result.to_dict(recordings=recs, command=invocation())
     persist.write_json(out_path, data)
     scores = Table(title="model against recorded H200 measurements", title_justify="left")
     for col in ("", "median |log(pred/meas)|", "mean |log(pred/meas)|", "Spearman (mean over layers)"):
@@ -122,12 +120,11 @@ def efficiency_cmd(
     recs = efficiency.load_recordings(recordings)
     report = efficiency.benchmark(recs, strategies=strategy or efficiency.STRATEGIES, repeats=repeats, batch=batch,
                                   cost=efficiency.CostModel(jobs=jobs), tolerance=tolerance, warm=warm,
-                                  command=_command())
+                                  command=invocation())
     target = out_path or efficiency.default_report_path(studies_dir)
     efficiency.write_report(report, target)
     if markdown_path is not None:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(report["markdown"])
+        persist.write_text(markdown_path, report["markdown"])
     typer.echo(report["markdown"])  # verbatim: a table to paste, never re-wrapped
     out.print(f"wrote {target}" + (f" and {markdown_path}" if markdown_path else ""))
 
@@ -160,14 +157,15 @@ def heuristics_cmd(
     out.print("estimates are predictions; the measurements are replayed from the recordings")
     if out_path is not None:
         persist.write_json(out_path, {"recorded": True, "gpu_descriptor": gpu, "metric": metric,
-                                      "command": _command(), "comparisons": [c.to_dict() for c in results]})
+                                      "command": invocation(), "comparisons": [c.to_dict() for c in results]})
         out.print(f"wrote {out_path}")
 
 
 @app.command("throughput")
 def throughput_cmd(
-    m: int = typer.Option(4096, "--m"), n: int = typer.Option(5000, "--n"), k: int = typer.Option(1024, "--k"),
-    dtype: str = typer.Option("f16"),
+    m: int = typer.Option(4096, "--m", help="Rows of x."), n: int = typer.Option(5000, "--n", help="Output features."),
+    k: int = typer.Option(1024, "--k", help="Input features."),
+    dtype: str = typer.Option("f16", help="f16 or bf16."),
     kernels: int = typer.Option(64, help="Kernels built sharing units (the model's top configs)."),
     naive: int = typer.Option(32, help="How many of them are also built one per nvcc process."),
     jobs: Optional[int] = typer.Option(None, help="Parallel nvcc processes (default: usable CPUs)."),
@@ -187,6 +185,10 @@ def throughput_cmd(
         raise UserError("need 0 < --naive <= --kernels")
     if batch <= 0 or (jobs is not None and jobs <= 0):
         raise UserError("--batch and --jobs must be positive")
+    if out_path.is_dir():  # checked before minutes of builds
+        raise UserError(f"--out {out_path} is a directory: name the JSON file to write")
+    if keep_cache is not None and keep_cache.exists() and not keep_cache.is_dir():
+        raise UserError(f"--keep-cache {keep_cache} is a file: name a directory for the kernel cache")
     from rich.progress import Progress
 
     layer = Layer(m=m, n=n, k=k, dtype=dtype)
@@ -200,7 +202,7 @@ def throughput_cmd(
         result = throughput.benchmark(layer, kernels=kernels, naive_kernels=naive,
                                       jobs=jobs or len(os.sched_getaffinity(0)), batch=batch, keep_cache=keep_cache,
                                       on_phase=lambda s: progress.console.print(f"[dim]{s}[/]"), on_built=built)
-    result["command"] = _command()
+    result["command"] = invocation()
     write_json(out_path, result)
     out.print(json.dumps({"runs": result["runs"], "speedup": result["speedup"],
                           "identical_machine_code": result["identical_machine_code"]}, indent=1))

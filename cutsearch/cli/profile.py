@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import shlex
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cutsearch.cli.app import app, err, out
+from cutsearch import persist
+from cutsearch.cli.app import app, err, invocation, out
 from cutsearch.errors import UserError
 
 _MODEL = typer.Argument(..., help="MODULE:FACTORY or path/to/file.py:FACTORY; FACTORY() returns the torch.nn.Module.")
@@ -89,10 +88,7 @@ def plan_cmd(
     if not proposal.targets:
         out.print(f"no shape can save {100 * threshold:g}% of the forward pass: nothing to search, no file written")
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(plan.suite_toml(proposal, source=profile_path.name))
-    tmp.replace(target)
+    persist.write_text(target, plan.suite_toml(proposal, source=profile_path.name))
     out.print(f"wrote {target} ({len(proposal.targets)} shape(s)). Search each, export it, then apply:")
     for t in proposal.targets:
         s = t.shape
@@ -184,7 +180,7 @@ def _setup(model, input_shape, dtype, name, out_path, studies_dir, suffix):
 
 
 def _stamp(prof, model: str, dtype: str):
-    info = {**prof.info, "command": "cutsearch " + shlex.join(sys.argv[1:]),
+    info = {**prof.info, "command": invocation(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     return dataclasses.replace(prof, model=model, dtype=dtype, info=info)
 

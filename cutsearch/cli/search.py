@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from cutsearch.cli.app import app, err, out, parse_duration
+from cutsearch.cli.app import app, err, invocation, out, parse_duration
 from cutsearch.errors import UserError
+
+
+_FLAG_VALUES = {"true", "false", "yes", "no", "on", "off", "1", "0"}
 
 
 def _layer(m, n, k, dtype, bias, activation, layer_file, io=("contiguous", "contiguous")):
     from cutsearch.problem import Layer, load_layers
 
     if layer_file is not None:
+        if str(layer_file).lower() in _FLAG_VALUES and not layer_file.exists():
+            raise UserError(f"{str(layer_file)!r} is no layer file: --bias, --all-stages, --split-k and --prune "
+                            "are flags and take no value (--no-bias, --no-prune turn them off)")
         if any(v is not None for v in (m, n, k)):
             raise UserError("give either a layer file or --m/--n/--k, not both")
+        given = [option for option, value, default in (
+            ("--dtype", dtype, "f16"), ("--bias", bias, False), ("--activation", activation, "none"),
+            ("--input", io[0], "contiguous"), ("--output", io[1], "contiguous")) if value != default]
+        if given:
+            raise UserError(f"the layer file sets the layer: drop {', '.join(given)} (or change the file)")
         layers = load_layers(layer_file)
         if len(layers) != 1:
             raise UserError(f"{layer_file} defines {len(layers)} layers: use `cutsearch suite` for several")
@@ -78,8 +87,8 @@ def search_cmd(
     layer = _layer(m, n, k, dtype, bias, activation, layer_file, (input_layout, output_layout))
     seconds = parse_duration(timeout)
     tuner.check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm,
-                        sampler=sampler)  # before any notice
-    command = "cutsearch " + shlex.join(sys.argv[1:])
+                        sampler=sampler, evaluator=evaluator, recording=recording)  # before any notice
+    command = invocation()
     if evaluator == "model":
         err.print("[yellow]--evaluator model: every time below is a model prediction, not a measurement[/]")
     if split_k:

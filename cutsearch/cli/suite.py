@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from cutsearch.cli.app import app, err, out, parse_duration
+from cutsearch.cli.app import app, err, invocation, out, parse_duration
 from cutsearch.errors import UserError
 
 
@@ -41,7 +39,7 @@ def suite_cmd(
     tuner.check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch)
     ws = Workspace(studies_dir)
     ws.writable()
-    command = "cutsearch " + shlex.join(sys.argv[1:])
+    command = invocation()
     ev = tuner.make_evaluator(evaluator, layer=next(iter(layers.values())), gpu=gpu, jobs=jobs)
     try:
         views: list[ProgressView] = []
@@ -103,31 +101,13 @@ def build_cmd(
     studies_dir: Optional[Path] = typer.Option(None, envvar="CUTSEARCH_STUDIES", help="Where earlier studies live."),
 ) -> None:
     """Compile each layer's most promising kernels into the cache, without a GPU."""
-    from cutsearch import codegen
-    from cutsearch.cache import Cache
-    from cutsearch.compiler import Compiler, Toolchain
     from cutsearch.outcome import Failure
     from cutsearch.problem import load_layers
-    from cutsearch.search import default_cache_dir, first_configs
-    from cutsearch.space import Space
-    from cutsearch.tuner import priors
+    from cutsearch.tuner import prebuild
     from cutsearch.workspace import Workspace
 
-    if top <= 0:
-        raise UserError(f"--top must be positive, got {top}")
-    ws = Workspace(studies_dir)
-    compiler = Compiler(Cache(default_cache_dir()), Toolchain.find(codegen.cutlass_version()), jobs=jobs)
-    sources = {}
-    for name, layer in load_layers(suite_file).items():
-        for config in first_configs(layer, Space(layer), top, priors(ws, layer)):
-            try:
-                src = codegen.render(layer, config)
-            except codegen.CodegenError as exc:
-                err.print(f"{name} {config.key}: {exc}")
-                continue
-            sources.setdefault(src.digest, (f"{name} {config.key}", src))
     built = failed = cached = 0
-    for tag, result in compiler.compile_many(sources.values()):
+    for tag, result in prebuild(load_layers(suite_file), top=top, jobs=jobs, workspace=Workspace(studies_dir)):
         if isinstance(result, Failure):
             failed += 1
             err.print(f"{tag}: {result.kind.value}: {result.message}")
@@ -135,4 +115,4 @@ def build_cmd(
             cached += result.cached
             built += not result.cached
             err.print(f"{tag}: {'cached' if result.cached else f'built in {result.compile_s:.0f} s'}")
-    out.print(f"{len(sources)} distinct kernels: {built} built, {cached} already cached, {failed} failed")
+    out.print(f"{built + cached + failed} distinct kernels: {built} built, {cached} already cached, {failed} failed")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from cutsearch.cli.app import app, err, out, parse_duration
+from cutsearch.cli.app import app, err, invocation, out, parse_duration
 
 
 @app.command("worker")
@@ -41,7 +39,7 @@ def worker_cmd(
 
     ws = Workspace(studies_dir)
     layer = tuner.study_layer(study, storage, ws, wait_s=parse_duration(wait) or 0.0)
-    command = "cutsearch " + shlex.join(sys.argv[1:])
+    command = invocation()
     with ProgressView(err, trials=trials) as view:
         result = tuner.tune(layer, trials=trials, timeout_s=parse_duration(timeout), study=study, storage=storage,
                             evaluator=evaluator, gpu=gpu, jobs=jobs, recording=recording, batch=batch, sampler=sampler,

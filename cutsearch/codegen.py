@@ -6,11 +6,13 @@ path imports `cuda.cuda`, which cuda-python 13 removed, and it needs no GPU to e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import importlib.metadata
 import re
+import sqlite3
 import string
 from pathlib import Path
 
@@ -104,13 +106,32 @@ def cutlass_include_dirs() -> list[Path]:
     return [root / "include", root / "tools" / "util" / "include"]
 
 
+@contextlib.contextmanager
+def _no_runtime_cache():
+    """Importing cutlass_cppgen opens its run-time kernel cache, `compiled_cache.db` in the working
+    directory, which cutsearch never uses: it would litter the user's directory, and a read-only
+    one fails the import. Opened in memory instead, only for that import."""
+    real = sqlite3.connect
+
+    def connect(database, *args, **kwargs):
+        return real(":memory:" if database == "compiled_cache.db" else database, *args, **kwargs)
+
+    sqlite3.connect = connect
+    try:
+        yield
+    finally:
+        sqlite3.connect = real
+
+
 @functools.cache
 def _cutlass():
     # cutlass_library skips importing its generator when sys.argv holds "-m" (pytest -m gpu
     # does): import it explicitly, the option registry needs it.
     import cutlass_library.generator  # noqa: F401
-    import cutlass_cppgen
     import cutlass_library
+
+    with _no_runtime_cache():
+        import cutlass_cppgen
     from cutlass_cppgen.library_defaults import OptionRegistry
 
     # Pre-seed what the interface would otherwise learn by running nvcc: the code emitted must

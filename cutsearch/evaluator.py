@@ -66,7 +66,8 @@ class Evaluator(Protocol):
     def close(self) -> None: ...
 
 
-def _emit(events: Events | None, name: str, **data: Any) -> None:
+def emit(events: Events | None, name: str, **data: Any) -> None:
+    """Tell `events` (a progress view, say) of `name`, if anyone listens."""
     if events is not None:
         events(name, data)
 
@@ -118,16 +119,16 @@ class GpuEvaluator:
             except codegen.CodegenError as exc:
                 yield Evaluation(config=config, source=self.source,
                                  outcome=Failure(kind=FailureKind.INVALID, message=str(exc)[:300], log=str(exc)))
-        _emit(events, "compiling", count=len(sources))
+        emit(events, "compiling", count=len(sources))
         for i, built in self.compiler.compile_many(sources):
             config = configs[i]
             if isinstance(built, Failure):
-                _emit(events, "compiled", ok=False, cached=False)
+                emit(events, "compiled", ok=False, cached=False)
                 yield Evaluation(config=config, outcome=built, source=self.source)
                 continue
             info = dict(compile_s=built.compile_s, cached=built.cached, kernel_key=built.key,
                         ptxas=built.ptxas.to_dict(), compile_log=built.log)
-            _emit(events, "compiled", ok=True, cached=built.cached)
+            emit(events, "compiled", ok=True, cached=built.cached)
             if built.ptxas.defect:
                 yield Evaluation(config=config, source=self.source, **info,
                                  outcome=Failure(kind=FailureKind.DEFECT, message=built.ptxas.defect))
@@ -136,7 +137,7 @@ class GpuEvaluator:
             request = MeasureRequest(**_layer_args(layer), library=str(built.library), pad_n=kp.pad_n,
                                      pad_k=kp.pad_k, knobs=tuple(knob_grid(config, layer)), seed=_input_seed(config))
             reply = self.worker.call(request, timeout_s=self.measure_timeout_s)
-            _emit(events, "measured", ok=isinstance(reply, Measurement))
+            emit(events, "measured", ok=isinstance(reply, Measurement))
             yield Evaluation(config=config, outcome=reply, source=self.source, **info)
 
     def race(self, layer: Layer, contenders: list[tuple[Config, Knobs]], rounds: int) -> Race | Failure:
@@ -216,7 +217,7 @@ class ReplayEvaluator:
                     kind=FailureKind.INVALID, message="not in the recording: this config was not measured"))
             else:
                 yield dataclasses.replace(found, source=self.source, cached=True)
-            _emit(events, "measured", ok=found is not None and isinstance(found.outcome, Measurement))
+            emit(events, "measured", ok=found is not None and isinstance(found.outcome, Measurement))
 
     def close(self) -> None:
         pass
@@ -236,7 +237,7 @@ class ModelEvaluator:
             timing = Timing(median_us=t, p20_us=t, p80_us=t, reps=0)
             yield Evaluation(config=config, source=self.source,
                              outcome=Measurement(timing=timing, knobs=knobs, rel_error=0.0))
-            _emit(events, "measured", ok=True)
+            emit(events, "measured", ok=True)
 
     def close(self) -> None:
         pass

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from cutsearch import model, storage as storage_mod
 from cutsearch.compiler import usable_cpus
 from cutsearch.errors import StudyTaken, UserError
-from cutsearch.evaluator import Evaluation, Evaluator
+from cutsearch.evaluator import Evaluation, Evaluator, Events, emit
 from cutsearch.outcome import Failure, Measurement
 from cutsearch.problem import Layer
 from cutsearch.space import Config, Knobs, Space, invalid_reason
@@ -40,7 +40,6 @@ MAX_ASKS_PER_SLOT = 200  # proposals tried per batch slot before the space count
 # in RACE_ROUNDS interleaved rounds.
 RACE_ROUNDS = 5
 RETRIES = 2  # times a config that killed runs left unfinished is queued again (_requeue)
-Events = Callable[[str, dict[str, Any]], None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -246,7 +245,7 @@ class _Run:
         standing = judge(records(self.study), self.study.user_attrs.get("race"))
         if standing.best is None:
             return
-        _emit(self.events, "best", median_us=standing.best.median_us, cublas_us=standing.cublas_us,
+        emit(self.events, "best", median_us=standing.best.median_us, cublas_us=standing.cublas_us,
               config=standing.best.config.key)
         if self.on_best is not None:  # a killed run may have told its best and died before persisting it
             self.on_best(standing.best, standing.cublas_us)
@@ -263,22 +262,22 @@ class _Run:
                 requeued = _requeue(self.study)
                 hopeless -= set(requeued)  # chosen once already: the model's tail must not refuse them now
                 if reaped or requeued:
-                    _emit(self.events, "reaped", trials=reaped, requeued=requeued)
+                    emit(self.events, "reaped", trials=reaped, requeued=requeued)
                 done = _evaluated(self.study)
                 remaining = trials - done
                 if remaining <= 0:
                     break
                 if timeout_s is not None and time.monotonic() - start > timeout_s:
-                    _emit(self.events, "timeout", elapsed_s=time.monotonic() - start, limit_s=timeout_s)
+                    emit(self.events, "timeout", elapsed_s=time.monotonic() - start, limit_s=timeout_s)
                     break
-                _emit(self.events, "batch", size=min(batch, remaining), done=done, total=trials)
+                emit(self.events, "batch", size=min(batch, remaining), done=done, total=trials)
                 fresh, taken, claimed = self.ask(heartbeat, dists, hopeless, budget=trials, size=min(batch, remaining),
                                                  max_asks=MAX_ASKS_PER_SLOT * batch)
                 if claimed and not fresh:
                     break  # the rest of the budget is in flight, in this run or in another worker
                 stalled = stalled + 1 if not fresh else 0
                 if stalled >= 3 or taken == 0:
-                    _emit(self.events, "exhausted", done=done)
+                    emit(self.events, "exhausted", done=done)
                     break
                 self.measure(heartbeat, fresh)
 
@@ -315,7 +314,7 @@ class _Run:
                     known = self.known[config.key]
                     _tell(study, trial, known, replayed=True)
                     heartbeat.release(trial)
-                    _emit(self.events, "trial", number=trial.number, config=config.key, replayed=True,
+                    emit(self.events, "trial", number=trial.number, config=config.key, replayed=True,
                           median_us=getattr(known.outcome, "median_us", None), failure=None)
                 else:
                     fresh[config.key].append(trial)
@@ -351,7 +350,7 @@ class _Run:
                 self.new_trials += copy == 0
                 if isinstance(ev.outcome, Measurement):
                     self._consider(trial, ev.outcome)
-                _emit(self.events, "trial", number=trial.number, config=ev.config.key,
+                emit(self.events, "trial", number=trial.number, config=ev.config.key,
                       median_us=getattr(ev.outcome, "median_us", None),
                       failure=None if isinstance(ev.outcome, Measurement) else ev.outcome.kind.value,
                       best_us=self.best.median_us if self.best else None)
@@ -367,7 +366,7 @@ class _Run:
             return
         self.best = TrialRecord.from_trial(self.study._storage.get_trial(trial._trial_id))
         cublas_us = verdict_cublas_us(self.best, records(self.study))
-        _emit(self.events, "best", median_us=self.best.median_us, cublas_us=cublas_us, config=self.best.config.key)
+        emit(self.events, "best", median_us=self.best.median_us, cublas_us=cublas_us, config=self.best.config.key)
         if self.on_best is not None:
             self.on_best(self.best, cublas_us)
 
@@ -424,12 +423,12 @@ def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, ev
     field = contenders(measured)
     if not field or (study.user_attrs.get("race") or {}).get("trials") == [c.number for c in field]:
         return
-    _emit(events, "racing", kernels=len(field), rounds=rounds)
+    emit(events, "racing", kernels=len(field), rounds=rounds)
     outcome = evaluator.race(layer, [(c.config, Knobs(**c.evaluation["measurement"]["knobs"])) for c in field], rounds)
     if isinstance(outcome, Failure):
         # The trials' own verdict stands; a stale race of other contenders is ignored by judge().
         log.warning("the race of the top kernels failed (%s): judging by the trials", outcome.message)
-        _emit(events, "race failed", message=outcome.message)
+        emit(events, "race failed", message=outcome.message)
         return
     study.set_user_attr("race", {
         "trials": [c.number for c in field], "configs": [c.config.key for c in field],
@@ -437,7 +436,7 @@ def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, ev
         "errors": list(outcome.errors), "reps": outcome.reps,
         "fallback_us": list(outcome.fallback_us) if outcome.fallback_us else None})
     verdict = judge(records(study), study.user_attrs["race"])
-    _emit(events, "raced", median_us=verdict.best.median_us if verdict.best else None, cublas_us=verdict.cublas_us,
+    emit(events, "raced", median_us=verdict.best.median_us if verdict.best else None, cublas_us=verdict.cublas_us,
           config=verdict.best.config.key if verdict.best else None, kernels=len(field), rounds=rounds,
           errors=[e for e in outcome.errors if e], fallback_us=verdict.fallback_us)
 
@@ -570,9 +569,4 @@ def _best(study: optuna.Study) -> TrialRecord | None:
         return None
     # The fastest; of equally fast trials the earliest, whatever order they were told in.
     return TrialRecord.from_trial(min(complete, key=lambda t: (t.value, t.number)))
-
-
-def _emit(events: Events | None, name: str, **data: Any) -> None:
-    if events is not None:
-        events(name, data)
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -416,3 +420,16 @@ def test_stream_k_with_pingpong_is_refused_by_the_interface():
 def test_unknown_schedule_pair_raises_codegen_error():
     with pytest.raises(CodegenError, match="no such schedule"):
         render(LAYER, coop(kernel_schedule="pingpong", epilogue_schedule="auto"))
+
+
+def test_generating_code_leaves_nothing_in_the_working_directory(tmp_path):
+    """cutlass_cppgen opens a cache file in the working directory when imported; cutsearch never
+    uses it, and a read-only directory must not fail the import."""
+    root = Path(__file__).resolve().parent.parent
+    script = ("from cutsearch import codegen; from cutsearch.problem import Layer; from cutsearch.space import Space; "
+              "layer = Layer(m=64, n=64, k=64); print(len(codegen.render(layer, next(iter(Space(layer)))).code))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 1000
+    assert list(tmp_path.iterdir()) == []

@@ -356,6 +356,8 @@ def read_exports(paths: Iterable[Path]) -> tuple[dict[Shape, Path], list[str]]:
             if not candidates:
                 raise UserError(f"{path} holds no cutsearch export (no */{persist.META}): "
                                 "write one with `cutsearch export STUDY`")
+        elif path.exists():
+            raise UserError(f"{path} is a file: give the directory `cutsearch export` wrote, or one that holds several")
         else:
             raise UserError(f"export directory {path} does not exist")
         for export in candidates:

@@ -50,14 +50,14 @@ class InputSpec:
 
     @classmethod
     def parse(cls, text: str) -> InputSpec:
-        body, _, dtype = text.strip().partition(":")
+        body, colon, dtype = text.strip().partition(":")
         hint = "use sizes separated by commas, e.g. 8,512,80, optionally with a dtype: 8,512:i64"
         if not re.fullmatch(r"\d+(,\d+)*", body.replace(" ", "")):
             raise UserError(f"cannot read input shape {text!r}: {hint}")
         shape = tuple(int(s) for s in body.replace(" ", "").split(","))
         if 0 in shape:
             raise UserError(f"input shape {text!r} has a zero size")
-        if dtype and dtype not in _DTYPES:
+        if colon and dtype not in _DTYPES:
             raise UserError(f"input {text!r}: unknown dtype {dtype!r}, choose one of f16, bf16, f32, i64, i32, bool")
         return cls(shape, _DTYPES[dtype] if dtype else None)
 

@@ -236,7 +236,7 @@ def test_input_specs_read_shapes_and_optional_dtypes():
     assert str(InputSpec.parse("8,512:i64")) == "8,512:i64"
 
 
-@pytest.mark.parametrize("text", ["", "8x512", "8,,2", "8,0,80", "8,512:int7", "-1,2"])
+@pytest.mark.parametrize("text", ["", "8x512", "8,,2", "8,0,80", "8,512:int7", "-1,2", "8,512:"])
 def test_an_unreadable_input_spec_is_refused(text):
     with pytest.raises(UserError, match="input"):
         InputSpec.parse(text)
@@ -337,6 +337,7 @@ def test_bad_profile_options_are_one_line(models, args, needle):
 @pytest.mark.parametrize("args, needle", [
     ([], "give the exported kernels as --exports DIR"),
     (["--exports", "nowhere"], "export directory nowhere does not exist"),
+    (["--exports", "models.py"], "models.py is a file: give the directory `cutsearch export` wrote"),
 ])
 def test_apply_without_usable_exports_is_one_line(models, args, needle):
     _one_line_error(_cli("apply", "models.py:mlp", "--input-shape", "2,16", *args, cwd=models), needle)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ class _Tensor:
         elif hasattr(obj, "__cuda_array_interface__"):
             cai = obj.__cuda_array_interface__
             self.ptr, self.shape = cai["data"][0], tuple(cai["shape"])
-            self.dtype = {"<f2": "float16", "<V2": "bfloat16", "|V2": "bfloat16"}.get(cai["typestr"], cai["typestr"])
+            self.dtype = {"<f2": "float16", "<V2": "bfloat16", "|V2": "bfloat16", "<f4": "float32",
+                          "<f8": "float64"}.get(cai["typestr"], cai["typestr"])
             if getattr(obj, "dtype", None) is not None and "bfloat16" in str(obj.dtype):
                 self.dtype = "bfloat16"
             strides = cai.get("strides")
@@ -115,15 +117,16 @@ class FcLayer:
         self.knobs = meta.get("knobs") or {}
         self._lib = open_library(path / meta["library"]) if meta.get("library") and self._calls_library() else None
         self.via = "torch" if self._lib is None else meta["library"]  # what each call runs
-        self._handles: dict[int, tuple[ctypes.c_void_p, int]] = {}
+        # One handle, workspace and binding per M. Not per stream: a CUDA graph captured after an
+        # eager call must reuse the bound handle, whose one-time work is done.
+        self._handles: dict[int, _Handle] = {}
+        self._lock = threading.Lock()  # bind and run are two C calls: another thread must not come between
         self._y_shapes: dict[int, tuple[int, int]] = {self.m: self.spec.y_shape}  # per M, off the hot path
         self._w_ptr = self._b_ptr = None
         self._prepared: tuple[Any, Any, Any] | None = None  # (W, W^T, b) as the calls use them
         # The layout facts each call reads, looked up once: properties cost host time per call.
         self._x_pitch, self._x_padded = self.spec.x_pitch, self.spec.input == "padded"
         self._y_layout = self.spec.output
-        self._bound: tuple[int, int, int] | None = None  # (M, x, y) of the last cs_bind
-        self._workspace: dict[int, Any] = {}
 
     def _calls_library(self) -> bool:
         """Whether calls go through the exported C library, not torch: always for a kernel; for
@@ -148,8 +151,14 @@ class FcLayer:
             raise UserError("this layer was searched with a bias: pass b")
         if not self.bias and b is not None:
             raise UserError("this layer was searched without a bias: b must be None")
-        if b is not None and _Tensor(b).shape != (self.n,):
-            raise UserError(f"b has shape {list(_Tensor(b).shape)}, this layer needs [{self.n}]")
+        bt = _Tensor(b) if b is not None else None
+        if bt is not None and bt.shape != (self.n,):
+            raise UserError(f"b has shape {list(bt.shape)}, this layer needs [{self.n}]")
+        if bt is not None and bt.dtype != self.dtype:
+            raise UserError(f"b is {bt.dtype}, this layer needs {self.dtype}")
+        for name, t in (("W", wt), ("b", bt)):
+            if t is not None and t.device is not None and t.device != self.device:
+                raise UserError(f"{name} is on GPU {t.device}, this layer was loaded for GPU {self.device}")
         xp = _namespace(w)
         if self._lib is None:  # the cuBLAS fallback through torch
             self._prepared = (w, w.T, b)
@@ -160,9 +169,12 @@ class FcLayer:
         if b is not None:
             bp = xp.zeros_like_shape(b, (self.pad_n,))
             xp.copy_into(bp, b)
-        self._prepared, self._bound = (wp, None, bp), None
-        self._w_ptr = _Tensor(wp).ptr
-        self._b_ptr = _Tensor(bp).ptr if bp is not None else None
+        with self._lock:
+            self._prepared = (wp, None, bp)
+            self._w_ptr = _Tensor(wp).ptr
+            self._b_ptr = _Tensor(bp).ptr if bp is not None else None
+            for h in self._handles.values():
+                h.bound = None  # the weights moved: bind again, and rebuild what is built from W
         return self
 
     # -- per call -----------------------------------------------------------------------------
@@ -183,7 +195,12 @@ class FcLayer:
             raise UserError("x must be contiguous (row-major [M, K])")
         if xt.ptr % 16:
             raise UserError("x must be 16-byte aligned")
+        if xt.device is not None and xt.device != self.device:
+            raise UserError(f"x is on GPU {xt.device}, this layer was loaded for GPU {self.device}")
         xp = _namespace(x)
+        if m == 0:  # an empty batch, as nn.Linear takes one: nothing to compute
+            empty = (self.n, 0) if self._y_layout == "transposed" else (0, self._y_shapes[self.m][1])
+            return out if out is not None else xp.empty_like_shape(x, empty)
         y_shape = self._y_shapes.get(m) or self._y_shapes.setdefault(m, dataclasses.replace(self.spec, m=m).y_shape)
         if self._lib is None and out is None and self._y_layout == "contiguous":
             return xp.linear(x[:, : self.k] if self._x_padded else x, *self._prepared, self.activation, None)
@@ -192,43 +209,56 @@ class FcLayer:
         yt = _Tensor(out)
         if yt.shape != y_shape or yt.dtype != self.dtype or not yt.contiguous:
             raise UserError(f"out must be a contiguous {list(y_shape)} {self.dtype} array ({self._y_layout} y)")
+        if yt.ptr % 16 or (yt.device is not None and yt.device != self.device):
+            raise UserError(f"out must be 16-byte aligned, on GPU {self.device}")
+        if yt.ptr < xt.ptr + 2 * m * self._x_pitch and xt.ptr < yt.ptr + 2 * y_shape[0] * y_shape[1]:
+            raise UserError("out must not overlap x")
         if self._lib is None:
             x_view = x[:, : self.k] if self._x_padded else x
             layout = self._y_layout
             y_view = out if layout == "contiguous" else out.T if layout == "transposed" else out[:, : self.n]
             xp.linear(x_view, *self._prepared, self.activation, y_view)
             return out
-        handle, ws_ptr = self._handle(m, xp, x)
-        lib = self._lib
-        # Arguments are rebuilt only when a pointer changes: most callers reuse their buffers.
-        bound = (m, xt.ptr, yt.ptr)
-        if bound != self._bound:
-            if lib.cs_bind(handle, xt.ptr, self._w_ptr, self._b_ptr, yt.ptr, ws_ptr):
-                raise RuntimeError(f"cutsearch kernel refused its arguments: {lib.cs_error(handle).decode()}")
-            self._bound = bound
-        if lib.cs_run(handle, xp.stream(stream, xt.device)):
-            raise RuntimeError(f"cutsearch kernel failed to launch: {lib.cs_error(handle).decode()}")
+        lib, raw_stream = self._lib, xp.stream(stream, xt.device)
+        with self._lock:
+            h = self._handles.get(m) or self._handle(m, xp, x)
+            # Arguments are rebuilt only when a pointer changes: most callers reuse their buffers.
+            bound = (xt.ptr, yt.ptr)
+            if bound != h.bound:
+                if lib.cs_bind(h.handle, xt.ptr, self._w_ptr, self._b_ptr, yt.ptr, h.ws_ptr):
+                    raise RuntimeError(f"cutsearch kernel refused its arguments: {lib.cs_error(h.handle).decode()}")
+                h.bound = bound
+            if lib.cs_run(h.handle, raw_stream):
+                raise RuntimeError(f"cutsearch kernel failed to launch: {lib.cs_error(h.handle).decode()}")
         return out
 
-    def _handle(self, m: int, xp: Any, like: Any) -> tuple[ctypes.c_void_p, int]:
-        found = self._handles.get(m)
-        if found is None:
-            handle = ctypes.c_void_p()
-            kn = self.knobs
-            if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
-                                   kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
-                                   kn.get("decomposition", 0), kn.get("reduction", 0),
-                                   io_flags(self._x_padded, self._y_layout == "padded", kn)):
-                raise RuntimeError("cutsearch: cs_create failed")
-            self._workspace[m] = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
-            found = self._handles[m] = (handle, _Tensor(self._workspace[m]).ptr)
+    def _handle(self, m: int, xp: Any, like: Any) -> _Handle:
+        handle = ctypes.c_void_p()
+        kn = self.knobs
+        if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
+                               kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
+                               kn.get("decomposition", 0), kn.get("reduction", 0),
+                               io_flags(self._x_padded, self._y_layout == "padded", kn)):
+            raise RuntimeError(f"cutsearch: cs_create failed for M={m}")
+        workspace = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
+        found = self._handles[m] = _Handle(handle, workspace, _Tensor(workspace).ptr)
         return found
 
     def __del__(self) -> None:
         lib = getattr(self, "_lib", None)
-        for handle, _ in getattr(self, "_handles", {}).values():
+        for h in getattr(self, "_handles", {}).values():
             if lib is not None:
-                lib.cs_destroy(handle)
+                lib.cs_destroy(h.handle)
+
+
+@dataclasses.dataclass
+class _Handle:
+    """A kernel handle of one M, its workspace, and the (x, y) it is bound to."""
+
+    handle: ctypes.c_void_p
+    workspace: Any  # kept alive while the handle may use it
+    ws_ptr: int
+    bound: tuple[int, int] | None = None
 
 
 class _TorchOps:

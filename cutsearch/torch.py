@@ -14,7 +14,9 @@ _DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 class Linear(torch.nn.Module):
     """Same outputs as the nn.Linear it replaces (within fp16/bf16 tolerance), faster where the
-    search won. Leading dimensions are flattened into M, as nn.Linear does."""
+    search won. Leading dimensions are flattened into M, as nn.Linear does. For inference: no
+    gradient flows through it. Its weights are laid out once, when it is made; after changing
+    them in place, call `self.fc.prepare(self.weight, self.bias)`."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, export: str | Path, *,
                  any_m: bool = False) -> None:

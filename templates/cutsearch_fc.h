@@ -3,7 +3,10 @@
  * Layer: ${shape} ${dtype}, bias ${bias}, activation ${activation}; kernel ${kernel_name}.
  * Weights must be laid out once before binding: W as [pad_n, pad_k] row-major, zero-padded,
  * and b as [pad_n] (pad_n = ${pad_n}, pad_k = ${pad_k} for this layer).
- * All pointers are device pointers; every call runs on the stream it is given.
+ * All pointers are device pointers, 16-byte aligned, on the handle's device; y must not overlap
+ * x. Every call runs on the stream it is given. A handle and its workspace serve one stream and
+ * one thread at a time: give each stream or thread its own. Every export defines the same cs_*
+ * symbols: to use two layers in one program, dlopen each library with RTLD_LOCAL.
  */
 #ifndef CUTSEARCH_FC_H
 #define CUTSEARCH_FC_H
@@ -63,7 +66,9 @@ size_t cs_workspace_size(const cs_layer* layer);
 /* Prepares the kernel's arguments; cheap when the pointers are the same as last time. W is
    [pad_n, pad_k], bias [pad_n] (not read where the layer has no bias: it may be null). */
 int cs_bind(cs_layer* layer, const void* x, const void* w, const void* bias, void* y, void* workspace);
-/* One layer call on `stream` (a cudaStream_t). Capturable in a CUDA graph once bound. */
+/* One layer call on `stream` (a cudaStream_t). The first cs_run after cs_bind also zeroes the
+   workspace's counters and, with CS_IO_X_VIEWS, builds W's shifted copies: run it once outside
+   a CUDA graph before capturing cs_run into one. */
 int cs_run(cs_layer* layer, void* stream);
 const char* cs_error(const cs_layer* layer);
 void cs_destroy(cs_layer* layer);

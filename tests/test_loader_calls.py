@@ -128,8 +128,66 @@ def test_another_m_gets_its_own_handle_and_binding(layer):
     half_x, half_y = Array(0x10000, (M // 2, K)), Array(0x20000, (M // 2, N))  # the same addresses
     fc(x, out=y)
     fc(half_x, out=half_y)
-    fc(x, out=y)
-    assert lib.created == [M, M // 2] and len(lib.binds) == 3 and lib.runs == 3
+    fc(x, out=y)  # its handle is still bound to x and y
+    assert lib.created == [M, M // 2] and len(lib.binds) == 2 and lib.runs == 3
+
+
+def test_threads_calling_one_layer_each_launch_with_their_own_arguments(layer):
+    """bind and run are two C calls: another thread's bind must never fall between them."""
+    import threading
+
+    fc, lib = layer
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    launched, bound = [], {}
+
+    def bind(handle, x, w, b, y, ws):
+        bound[handle.value] = (x, y)
+        threading.Event().wait(0.001)  # let another thread in, if it can
+        return 0
+
+    def run(handle, stream):
+        launched.append(bound[handle.value])
+        return 0
+
+    lib.cs_create = lambda handle, m, *rest: setattr(handle._obj, "value", 1) or 0
+    lib.cs_bind, lib.cs_run = bind, run
+    pairs = [(Array(0x100000 * (i + 1), (M, K)), Array(0x100000 * (i + 1) + 0x80000, (M, N))) for i in range(4)]
+
+    def calls(x, y):
+        for _ in range(50):
+            fc(x, out=y)
+
+    threads = [threading.Thread(target=calls, args=pair) for pair in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want = {(x.__cuda_array_interface__["data"][0], y.__cuda_array_interface__["data"][0]) for x, y in pairs}
+    assert len(launched) == 200 and set(launched) == want
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("out-misaligned", "out must be 16-byte aligned"),
+    ("out-overlaps-x", "out must not overlap x"),
+    ("bias-dtype", "b is float32, this layer needs float16"),
+], ids=["out-misaligned", "out-overlaps-x", "bias-dtype"])
+def test_buffers_the_kernel_cannot_use_are_a_user_error_and_launch_nothing(layer, case, message):
+    fc, lib = layer
+    b = Array(0x2000, (N,))
+    if case == "bias-dtype":
+        b.__cuda_array_interface__["typestr"] = "<f4"
+    with pytest.raises(UserError, match=message):
+        fc.prepare(Array(0x1000, (N, K)), b)
+        x = Array(0x10000, (M, K))
+        fc(x, out=Array(0x20002 if case == "out-misaligned" else 0x10000 + 2 * K, (M, N)))
+    assert lib.binds == [] and lib.runs == 0
+
+
+def test_an_empty_batch_returns_an_empty_y_and_launches_nothing(layer):
+    fc, lib = layer
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    y = fc(Array(0x10000, (0, K)), out=Array(0x20000, (0, N)))
+    assert y.shape == (0, N) and lib.created == [] and lib.runs == 0
 
 
 def test_a_call_before_prepare_or_with_a_wrong_shape_is_a_user_error_and_launches_nothing(layer):

@@ -46,9 +46,10 @@ INTERRUPTED = "not built"  # how the log of a build stopped from outside begins:
 # Variables that nvcc or its host compiler read: they add flags, headers or libraries.
 NVCC_ENVIRONMENT = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CPATH", "CPLUS_INCLUDE_PATH",
                     "C_INCLUDE_PATH", "LIBRARY_PATH")
-# Failures of the machine, not of the source (a killed cicc or ptxas, an unwritable temporary
-# directory, a missing library): never cached, so a later run builds the kernel again.
-_MACHINE_FAILURE = re.compile(r"died due to signal|[Cc]ould not open output file|cannot find -l|"
+# Failures of the machine, not of the source (cicc or ptxas killed, by the OOM killer say, an
+# unwritable temporary directory, a missing library): never cached, so a later run builds the
+# kernel again. A ptxas that crashes on a kernel (signal 11) is the kernel's, and remembered.
+_MACHINE_FAILURE = re.compile(r"died due to signal (?:9|15)\b|[Cc]ould not open output file|cannot find -l|"
                               r"exited 0 but wrote no library")
 
 

@@ -516,6 +516,14 @@ def test_a_suite_table_whose_study_holds_another_layer_says_to_rename_the_table(
     assert "--study name" not in line  # a suite has no --study option
 
 
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--metric", "foo"], "unknown metric 'foo'"),
+    (["--out", "."], "--out . is a directory"),
+], ids=["metric", "out-directory"])
+def test_heuristics_options_are_checked_before_anything_runs(args, fragment):
+    one_line_error(cutsearch("heuristics", str(RECORDING), *args), fragment)
+
+
 def test_version_and_short_help():
     version = cutsearch("--version")
     assert version.returncode == 0 and version.stdout.startswith("cutsearch ")

@@ -329,6 +329,7 @@ def test_profiling_without_cuda_is_one_line_and_exit_2(models):
     (["--input-shape", "2,x"], "cannot read input shape '2,x'"),
     ([], "give the model's input as --input-shape"),
     (["--input-shape", "2,16", "--dtype", "f32"], "--dtype f32"),
+    (["--input-shape", "2,16", "--name", "../x"], "--name '../x' must be letters"),
 ])
 def test_bad_profile_options_are_one_line(models, args, needle):
     _one_line_error(_cli("profile", "models.py:mlp", *args, cwd=models), needle)

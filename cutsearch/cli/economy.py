@@ -137,10 +137,13 @@ def heuristics_cmd(
     out_path: Optional[Path] = typer.Option(None, "--out", help="Also write the comparison as JSON."),
 ) -> None:
     """Compare the model's ranking and nvMatmulHeuristics' with recorded measurements."""
-    from cutsearch import persist
     from cutsearch.efficiency import load_recordings
-    from cutsearch.heuristics import Heuristics, compare
+    from cutsearch.heuristics import METRICS, Heuristics, compare
 
+    if metric not in METRICS:  # before the package is looked for
+        raise UserError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
+    if out_path is not None and out_path.is_dir():
+        raise UserError(f"--out {out_path} is a directory: name the JSON file to write")
     recs = load_recordings(recordings)
     heur = Heuristics(gpu=gpu, metric=metric)
     try:

@@ -175,7 +175,11 @@ def _setup(model, input_shape, dtype, name, out_path, studies_dir, suffix):
     specs = [InputSpec.parse(s) for s in input_shape or []]
     if not specs:
         raise UserError("give the model's input as --input-shape, e.g. --input-shape 8,512,80 (repeat for several)")
-    name = Workspace.check_name(name or model_name(model))
+    try:
+        name = Workspace.check_name(name or model_name(model))
+    except UserError:
+        raise UserError(f"--name {name or model_name(model)!r} must be letters, digits, '.', '_' or '-' "
+                        "(it names the profile's files)") from None
     return specs, name, out_path or Workspace(studies_dir).root / f"{name}-{suffix}"
 
 

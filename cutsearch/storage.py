@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -32,6 +33,8 @@ from cutsearch.workspace import writable_dir
 log = logging.getLogger(__name__)
 
 OWNER = "cutsearch:owner"
+# A database URL that lost its '://' would otherwise name a journal file (postgres//host/db).
+_URL_TYPO = re.compile(r"(?:postgres(?:ql)?|mysql|mariadb|sqlite|oracle|mssql)(?:\+\w+)?(?::/|//)")
 HEARTBEAT = "cutsearch:heartbeat"
 HEARTBEAT_S = 20.0
 GRACE_S = 120.0
@@ -47,6 +50,9 @@ def open_storage(url: str | Path) -> optuna.storages.BaseStorage:
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy and drivers raise many types
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"cannot open storage {_redact(str(url))}: {reason}") from None
+    if _URL_TYPO.match(text):
+        raise UserError(f"--storage {_redact(text)!r} looks like a database URL without '://': "
+                        "write it as scheme://..., or give a journal file's path")
     path = Path(text)
     writable_dir(path.parent, "the journal's directory")
     if _is_gzip(path):  # a recorded journal as committed: Optuna would read it as a corrupt one

@@ -215,6 +215,16 @@ def test_unreachable_storage_is_one_line_without_the_password(studies):
     assert "secret" not in line
 
 
+@pytest.mark.parametrize("url", ["postgres//nobody@127.0.0.1/x", "postgresql:/nobody@127.0.0.1/x",
+                                 "sqlite:/x.db"], ids=["no-colon", "one-slash", "sqlite"])
+def test_a_database_url_without_its_double_slash_is_one_line_and_creates_no_file(studies, tmp_path, url):
+    here = tmp_path / "here"
+    here.mkdir()
+    one_line_error(cutsearch("search", *LAYER, *REPLAY, "--storage", url, cwd=here),
+                   "looks like a database URL without '://'")
+    assert list(here.iterdir()) == []
+
+
 def test_unreachable_storage_for_a_worker_is_one_line():
     one_line_error(cutsearch("worker", "--study", "s", "--storage", "postgresql://nobody@127.0.0.1:1/x",
                              "--evaluator", "model"), "cannot open storage")

@@ -502,8 +502,16 @@ def test_an_export_with_a_malformed_meta_json_is_one_line(studies, tmp_path, met
 
 def test_an_output_named_by_its_directory_names_the_path_given_not_a_temporary_one(studies, tmp_path):
     (tmp_path / "adir").mkdir()
+    from cutsearch import persist
+
+    with pytest.raises(IsADirectoryError) as raised:
+        persist.write_text(tmp_path / "adir", "x")
+    assert raised.value.filename == str(tmp_path / "adir")
+    with pytest.raises(FileNotFoundError) as raised:  # /proc takes no new directory
+        persist.write_text(Path("/proc/no-such-dir/x.json"), "x")
+    assert raised.value.filename == "/proc/no-such-dir/x.json"
     line = one_line_error(cutsearch("calibrate", str(RECORDING), "--out", str(tmp_path / "adir")))
-    assert line == f"error: is a directory, not a file: {tmp_path / 'adir'}"
+    assert line == f"error: --out {tmp_path / 'adir'} is a directory: name the file to write"
 
 
 def test_a_suite_table_that_cannot_name_a_study_is_refused_before_any_search(studies, tmp_path):
@@ -528,7 +536,7 @@ def test_a_suite_table_whose_study_holds_another_layer_says_to_rename_the_table(
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--metric", "foo"], "unknown metric 'foo'"),
-    (["--out", "."], "--out . is a directory"),
+    (["--out", "."], "--out . is a directory: name the file to write"),
 ], ids=["metric", "out-directory"])
 def test_heuristics_options_are_checked_before_anything_runs(args, fragment):
     one_line_error(cutsearch("heuristics", str(RECORDING), *args), fragment)

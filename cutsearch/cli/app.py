@@ -45,6 +45,12 @@ def invocation() -> str:
     return "cutsearch " + shlex.join(sys.argv[1:])
 
 
+def check_output_file(path, option: str = "--out") -> None:
+    """Refuse an output path that is a directory before any long work, not after it."""
+    if path is not None and path.is_dir():
+        raise UserError(f"{option} {path} is a directory: name the file to write")
+
+
 def parse_duration(text: str | None) -> float | None:
     """'90s', '15m', '1h', '1h30m' or plain seconds."""
     if text is None:

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from cutsearch import persist
-from cutsearch.cli.app import app, err, invocation, out
+from cutsearch.cli.app import app, check_output_file, err, invocation, out
 from cutsearch.errors import UserError
 from cutsearch.workspace import Workspace
 
@@ -65,6 +65,7 @@ def calibrate_cmd(
 
     if rows < 0:
         raise UserError(f"--rows must be 0 or more, got {rows}")
+    check_output_file(out_path)
     recs = load_recordings(recordings)
     result = fit(recs, objective=objective)
     data = result.to_dict(recordings=recs, command=invocation())
@@ -117,6 +118,8 @@ def efficiency_cmd(
         raise UserError(f"--jobs must be positive, got {jobs}")
     if not 0 <= tolerance < 1:
         raise UserError(f"--tolerance must be a fraction in [0, 1), got {tolerance}")
+    check_output_file(out_path)
+    check_output_file(markdown_path, "--markdown")
     recs = efficiency.load_recordings(recordings)
     report = efficiency.benchmark(recs, strategies=strategy or efficiency.STRATEGIES, repeats=repeats, batch=batch,
                                   cost=efficiency.CostModel(jobs=jobs), tolerance=tolerance, warm=warm,
@@ -142,8 +145,7 @@ def heuristics_cmd(
 
     if metric not in METRICS:  # before the package is looked for
         raise UserError(f"unknown metric {metric!r}: choose one of {', '.join(METRICS)}")
-    if out_path is not None and out_path.is_dir():
-        raise UserError(f"--out {out_path} is a directory: name the JSON file to write")
+    check_output_file(out_path)
     recs = load_recordings(recordings)
     heur = Heuristics(gpu=gpu, metric=metric)
     try:
@@ -188,8 +190,7 @@ def throughput_cmd(
         raise UserError("need 0 < --naive <= --kernels")
     if batch <= 0 or (jobs is not None and jobs <= 0):
         raise UserError("--batch and --jobs must be positive")
-    if out_path.is_dir():  # checked before minutes of builds
-        raise UserError(f"--out {out_path} is a directory: name the JSON file to write")
+    check_output_file(out_path)  # before minutes of builds
     if keep_cache is not None and keep_cache.exists() and not keep_cache.is_dir():
         raise UserError(f"--keep-cache {keep_cache} is a file: name a directory for the kernel cache")
     from rich.progress import Progress

@@ -242,7 +242,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
     if gdc:
         kernel = _wrapped_mainloop(kernel, config)
     code = render_template("launcher.cu", includes=includes, kernel_source=kernel, operation_name=name,
-                           copy_kernels=copy_kernels(), namespace=_NAMESPACE,
+                           abi_checks=abi_checks(), copy_kernels=copy_kernels(), namespace=_NAMESPACE,
                            own_epilogues=own_epilogues() if config.epilogue_schedule in OWN_EPILOGUES else "",
                            own_mainloop=own_mainloop() if gdc else "", prefetch_w=int(gdc),
                            own_copy=int(gdc and own_copy_built(config)),
@@ -379,7 +379,8 @@ def render_fallback(layer: Layer) -> KernelSource:
     """The cuBLAS fallback with the same C ABI, for layers no CUTLASS kernel beat cuBLAS on."""
     act = ACTIVATIONS[layer.activation]
     code = render_template("cublas_fallback.cu", is_bf16=int(layer.dtype == "bf16"), has_bias=int(layer.bias), act=act,
-                           transposed=int(layer.output == "transposed"), activations=activations())
+                           transposed=int(layer.output == "transposed"), activations=activations(),
+                           abi_checks=abi_checks())
     return KernelSource(operation_name="cublas_fallback", code=code, cutlass_version=cutlass_version(),
                         libraries=("cublasLt",))
 
@@ -391,6 +392,12 @@ def copy_kernels() -> str:
     reduce = (TEMPLATES / "reduce.cuh").read_text()
     return "\n".join((activations(), copy[copy.index("// Per-call layout copy"):],
                       reduce[reduce.index("// Split-K reduction"):]))
+
+
+def abi_checks() -> str:
+    """templates/abi.cuh, inlined: the C ABI's argument checks."""
+    text = (TEMPLATES / "abi.cuh").read_text()
+    return text[text.index("// The C ABI's argument checks"):]
 
 
 def activations() -> str:

@@ -239,7 +239,7 @@ class FcLayer:
                                kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
                                kn.get("decomposition", 0), kn.get("reduction", 0),
                                io_flags(self._x_padded, self._y_layout == "padded", kn)):
-            raise RuntimeError(f"cutsearch: cs_create failed for M={m}")
+            raise RuntimeError(f"cutsearch: no kernel handle for M={m}: {self._lib.cs_error(None).decode()}")
         workspace = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
         found = self._handles[m] = _Handle(handle, workspace, _Tensor(workspace).ptr)
         return found

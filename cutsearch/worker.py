@@ -291,7 +291,7 @@ class _Launches:
         if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, self.pad_n, self.pad_k, torch.cuda.current_device(),
                          knobs.raster, knobs.swizzle, knobs.splits, knobs.decomposition, knobs.reduction,
                          io_flags(x_padded, y_padded, knobs.to_dict())):
-            raise RuntimeError("cs_create failed")
+            raise RuntimeError(lib.cs_error(None).decode())
         self.handles.append(handle)
         workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
         self.workspaces.append(workspace)

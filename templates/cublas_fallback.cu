@@ -2,6 +2,7 @@
 // search found nothing faster than cuBLAS. y[M,N] = act(x[M,K] @ W[N,K]^T (+ b[N])).
 // It calls cuBLASLt with the bias fused into the GEMM's epilogue, as F.linear does: a GEMM
 // followed by its own bias pass reads and writes y twice, and lost to F.linear on the H200.
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <new>
@@ -46,6 +47,8 @@ struct cs_layer {
 };
 
 ${activations}
+
+${abi_checks}
 
 __device__ __forceinline__ float activate(float v) { return cutsearch_act::activate<CS_ACT>(v); }
 
@@ -120,16 +123,19 @@ extern "C" {
 
 int cs_abi_version(void) { return 3; }
 const char* cs_kernel_name(void) { return "cublas_fallback"; }
-const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
+const char* cs_error(const cs_layer* h) { return cutsearch_abi::cs_error_of(h ? h->error : nullptr, h); }
 size_t cs_workspace_size(const cs_layer*) { return kLtWorkspace; }
 
 void cs_destroy(cs_layer* h);
 
-int cs_create(cs_layer** out, int m, int n, int k, int, int, int device, int, int, int, int, int, int io) {
+int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device, int, int, int, int, int, int io) {
+  if (!out) return cutsearch_abi::refuse("cs_create: out is null");
   *out = nullptr;
-  if (cudaSetDevice(device) != cudaSuccess) return 1;
+  if (cutsearch_abi::check_create(m, n, k, pad_n, pad_k, device, io)) return 1;
+  const cudaError_t set = cudaSetDevice(device);
+  if (set != cudaSuccess) return cutsearch_abi::refuse("cs_create: cudaSetDevice: %s", cudaGetErrorString(set));
   cs_layer* h = new (std::nothrow) cs_layer();
-  if (!h) return 1;
+  if (!h) return cutsearch_abi::refuse("cs_create: out of host memory");
   h->m = m; h->n = n; h->k = k;
   h->x_ld = io & 1 ? (k + 7) / 8 * 8 : k;
   h->y_ld = CS_OUT_T ? m : io & 2 ? (n + 7) / 8 * 8 : n;
@@ -149,13 +155,22 @@ int cs_create(cs_layer** out, int m, int n, int k, int, int, int device, int, in
             cublasLtMatrixLayoutCreate(&h->a, kType, k, rows, lda) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatrixLayoutCreate(&h->b, kType, k, cols, ldb) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatrixLayoutCreate(&h->d, kType, rows, cols, h->y_ld) == CUBLAS_STATUS_SUCCESS;
-  if (!ok) { cs_destroy(h); return 1; }
+  if (!ok) {
+    cs_destroy(h);
+    return cutsearch_abi::refuse("cs_create: cuBLASLt could not describe this layer");
+  }
   *out = h;
   return 0;
 }
 
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
+  // cuBLASLt takes any element alignment: only missing pointers are refused.
+  if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, CS_HAS_BIAS, y, workspace, kLtWorkspace,
+                                                         /*tma=*/false)) {
+    std::snprintf(h->error, sizeof(h->error), "cs_bind: %s", problem);
+    return 1;
+  }
   // Most calls repeat the previous pointers: nothing to set, and no cuBLASLt call on the host.
   if (h->aligned && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   const bool new_bias = !h->aligned || bias != h->bias;

@@ -39,7 +39,8 @@ typedef struct cs_layer cs_layer;
 
 int cs_abi_version(void);
 const char* cs_kernel_name(void);
-/* Returns 0 on success. m may differ from CUTSEARCH_FC_M (correct, but not tuned for it). */
+/* Returns 0 on success; otherwise cs_error(NULL) says why, on the calling thread. m may differ
+   from CUTSEARCH_FC_M (correct, but not tuned for it). */
 /* io: CS_IO_X_PADDED when x arrives with row pitch pad_k (padding columns finite),
    CS_IO_Y_PADDED when y may be written with row pitch pad_n, CS_IO_PDL to overlap the call's
    copies and GEMM (programmatic dependent launch), CS_IO_X_VIEWS to read an x whose rows are
@@ -64,12 +65,15 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
    cs_run). */
 size_t cs_workspace_size(const cs_layer* layer);
 /* Prepares the kernel's arguments; cheap when the pointers are the same as last time. W is
-   [pad_n, pad_k], bias [pad_n] (not read where the layer has no bias: it may be null). */
+   [pad_n, pad_k], bias [pad_n] (not read where the layer has no bias: it may be null). Returns
+   1, with the reason in cs_error(layer), for a null or misaligned pointer. It queues no work on
+   the GPU. */
 int cs_bind(cs_layer* layer, const void* x, const void* w, const void* bias, void* y, void* workspace);
 /* One layer call on `stream` (a cudaStream_t). The first cs_run after cs_bind also zeroes the
    workspace's counters and, with CS_IO_X_VIEWS, builds W's shifted copies: run it once outside
    a CUDA graph before capturing cs_run into one. */
 int cs_run(cs_layer* layer, void* stream);
+/* The reason the handle's last call failed; for NULL, why this thread's last cs_create did. */
 const char* cs_error(const cs_layer* layer);
 void cs_destroy(cs_layer* layer);
 

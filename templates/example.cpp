@@ -13,6 +13,12 @@ int main() {
   const int m = CUTSEARCH_FC_M, n = CUTSEARCH_FC_N, k = CUTSEARCH_FC_K;
   const int pad_n = CUTSEARCH_FC_PAD_N, pad_k = CUTSEARCH_FC_PAD_K;
   const size_t e = 2;  // fp16 or bf16
+  cs_layer* layer = nullptr;
+  if (cs_create(&layer, m, n, k, pad_n, pad_k, /*device=*/0, CUTSEARCH_FC_RASTER, CUTSEARCH_FC_SWIZZLE,
+                CUTSEARCH_FC_SPLITS, CUTSEARCH_FC_DECOMPOSITION, CUTSEARCH_FC_REDUCTION, CUTSEARCH_FC_IO)) {
+    std::fprintf(stderr, "%s\n", cs_error(nullptr));
+    return 1;
+  }
   void *x, *w, *b, *y, *ws;
   const size_t x_bytes = size_t(m) * CUTSEARCH_FC_X_PITCH * e;
   const size_t y_bytes = size_t(CUTSEARCH_FC_Y_ROWS) * CUTSEARCH_FC_Y_PITCH * e;
@@ -24,12 +30,6 @@ int main() {
   CHECK(cudaMemset(w, 0, size_t(pad_n) * pad_k * e));
   CHECK(cudaMemset(b, 0, size_t(pad_n) * e));
 
-  cs_layer* layer = nullptr;
-  if (cs_create(&layer, m, n, k, pad_n, pad_k, /*device=*/0, CUTSEARCH_FC_RASTER, CUTSEARCH_FC_SWIZZLE,
-                CUTSEARCH_FC_SPLITS, CUTSEARCH_FC_DECOMPOSITION, CUTSEARCH_FC_REDUCTION, CUTSEARCH_FC_IO)) {
-    std::fprintf(stderr, "cs_create failed\n");
-    return 1;
-  }
   CHECK(cudaMalloc(&ws, cs_workspace_size(layer) + 1));
   if (cs_bind(layer, x, w, b, y, ws) || cs_run(layer, /*stream=*/nullptr)) {
     std::fprintf(stderr, "%s\n", cs_error(layer));

@@ -37,6 +37,7 @@ ${gdc_define}
 // extended widths (cutsearch.codegen.extended_mma).
 ${mma_define}
 
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +49,8 @@ ${mma_define}
 ${includes}
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/util/packed_stride.hpp"
+
+${abi_checks}
 
 ${copy_kernels}
 
@@ -89,6 +92,8 @@ using StrideA = typename GemmKernel::StrideA;
 using StrideB = typename GemmKernel::StrideB;
 using StrideD = typename GemmKernel::StrideD;
 using SchedulerArgs = typename GemmKernel::TileSchedulerArguments;
+// Where the layer's bias reaches y: the visitor tree, C with a zero stride, or the split-K reduction.
+constexpr bool kReadsBias = CS_HAS_BIAS || CS_BIAS_AS_C || (CS_SPLIT_K == 1 && CS_SPLIT_BIAS);
 
 // Stream-K has splits and a decomposition mode; the persistent scheduler has neither.
 template <class T, class = void> struct has_splits : std::false_type {};
@@ -171,7 +176,7 @@ extern "C" {
 
 int cs_abi_version(void) { return 3; }
 const char* cs_kernel_name(void) { return "${operation_name}"; }
-const char* cs_error(const cs_layer* h) { return h ? h->error : "null handle"; }
+const char* cs_error(const cs_layer* h) { return cutsearch_abi::cs_error_of(h ? h->error : nullptr, h); }
 size_t cs_workspace_size(const cs_layer* h) {
   return h ? round_up(h->kernel_ws, 256) + round_up(h->x_pad_bytes, 256) + round_up(h->y_pad_bytes, 256) +
              round_up(h->parts_bytes, 256) + h->w_views_bytes : 0;
@@ -186,15 +191,21 @@ size_t cs_workspace_size(const cs_layer* h) {
 // io: CS_IO_* flags, the layouts the caller hands over and accepts.
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
               int raster, int swizzle, int splits, int decomposition, int reduction, int io) {
+  if (!out) return cutsearch_abi::refuse("cs_create: out is null");
   *out = nullptr;
-  cs_layer* h = new (std::nothrow) cs_layer();
-  if (!h) return 1;
-  h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k; h->io = io;
-  h->kk = pad_k;
+  if (cutsearch_abi::check_create(m, n, k, pad_n, pad_k, device, io)) return 1;
   const int vec = int(16 / sizeof(ElementA));
 #if CS_SPLIT_K
   // Each slice a 16-byte multiple, as TMA needs of the batch stride.
-  if (splits < 2 || pad_k % (splits * vec) != 0) { delete h; return 1; }
+  if (splits < 2 || pad_k % (splits * vec) != 0)
+    return cutsearch_abi::refuse("cs_create: %d splits do not cut pad_k = %d into slices of whole 16-byte vectors",
+                                 splits, pad_k);
+#endif
+  cs_layer* h = new (std::nothrow) cs_layer();
+  if (!h) return cutsearch_abi::refuse("cs_create: out of host memory");
+  h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k; h->io = io;
+  h->kk = pad_k;
+#if CS_SPLIT_K
   h->splits = h->batches = splits;
   h->kk = pad_k / splits;
 #elif !CS_Y_TRANSPOSED
@@ -240,6 +251,9 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 // Arguments are rebuilt only when a pointer changes: the TMA descriptors and epilogue hold them.
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
+  if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, kReadsBias, y, workspace, cs_workspace_size(h),
+                                                         /*tma=*/true))
+    return fail(h, "cs_bind", problem);
   if (h->bound && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   if (!h->bound || workspace != h->ws) h->ws_zeroed = false;
   if (!h->bound || workspace != h->ws || w != h->w) h->w_views_built = false;
@@ -264,9 +278,6 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   cute::get<0>(dA) = h->kk * h->splits; cute::get<2>(dA) = h->kk;
   cute::get<0>(dB) = h->kk * h->splits; cute::get<2>(dB) = h->kk;
 #elif !CS_Y_TRANSPOSED  // y^T's unit stride is where the views would step by P rows (no views)
-  if (h->views > 1 || h->k_cut) {
-    if (reinterpret_cast<uintptr_t>(x) % 16) return fail(h, "cs_bind", "x must be 16-byte aligned");
-  }
   if (h->views > 1) {
     // View i: rows i, i + P, ... of x, from i * (K - q) elements in; W' is packed [P, pad_n, K'];
     // y's rows i, i + P, ... are its rows of pitch pad_n (D^T's columns when swapped).
@@ -317,8 +328,15 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   cute::get<2>(check.problem_shape) = pitch_k;
   cutlass::Status st = Gemm::can_implement(check);
   if (st != cutlass::Status::kSuccess) return fail(h, "can_implement", cutlassGetStatusString(st));
-  st = h->bound ? h->gemm.update(args, ws_kernel) : h->gemm.initialize(args, ws_kernel);
-  if (st != cutlass::Status::kSuccess) return fail(h, "initialize", cutlassGetStatusString(st));
+  // update, not initialize, even the first time: initialize would also zero the workspace on the
+  // legacy default stream, outside the caller's stream (and any graph capture); cs_run does that.
+  if (!h->bound && GemmKernel::SharedStorageSize >= (48 << 10)) {
+    if (cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(GemmKernel::SharedStorageSize)) != cudaSuccess)
+      return fail(h, "cudaFuncSetAttribute", cudaGetErrorString(cudaGetLastError()));
+  }
+  st = h->gemm.update(args, ws_kernel);
+  if (st != cutlass::Status::kSuccess) return fail(h, "update", cutlassGetStatusString(st));
   h->args = args;
   h->bound = true;
   return 0;

@@ -99,6 +99,63 @@ def test_library_exports_the_c_abi(built):
     assert lib.cs_kernel_name().decode() == source.operation_name
 
 
+def _abi(library: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library))
+    i, vp = ctypes.c_int, ctypes.c_void_p
+    lib.cs_create.argtypes = [ctypes.POINTER(vp)] + [i] * 12
+    lib.cs_bind.argtypes = [vp] * 6
+    lib.cs_error.argtypes = [vp]
+    lib.cs_error.restype = ctypes.c_char_p
+    lib.cs_destroy.argtypes = [vp]
+    return lib
+
+
+@pytest.fixture(scope="module")
+def fallback(built):
+    """The cuBLAS fallback's library for a layer with a bias, or a skip where cuBLAS's headers are missing."""
+    compiler = built[0]
+    result = compiler.compile(codegen.render_fallback(Layer(m=16, n=64, k=64, bias=True)))
+    if isinstance(result, Failure) and "cublasLt.h" in result.log:
+        pytest.skip("this toolkit has no cuBLAS headers")
+    assert isinstance(result, CompiledKernel), result
+    return result.library
+
+
+# (m, n, k, pad_n, pad_k, device, io) -> the reason cs_error(NULL) gives.
+BAD_CREATES = [
+    ((0, 64, 64, 64, 64, 0, 0), "cs_create: m, n and k must be positive, not 0, 64, 64"),
+    ((16, 64, -1, 64, 64, 0, 0), "cs_create: m, n and k must be positive, not 16, 64, -1"),
+    ((16, 64, 64, 56, 64, 0, 0), "cs_create: pad_n and pad_k (56, 64) must be at least n and k (64, 64)"),
+    ((16, 64, 64, 64, 64, 0, 64), "cs_create: unknown io flags 0x40"),
+]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("which", ["cutlass", "fallback"])
+@pytest.mark.parametrize(("args", "reason"), BAD_CREATES)
+def test_a_refused_cs_create_says_why_through_cs_error_of_null(built, which, args, reason, request):
+    library = built[2].library if which == "cutlass" else request.getfixturevalue("fallback")
+    lib = _abi(library)
+    handle = ctypes.c_void_p(1)
+    m, n, k, pad_n, pad_k, device, io = args
+    assert lib.cs_create(ctypes.byref(handle), m, n, k, pad_n, pad_k, device, 0, 1, 1, 0, 0, io) == 1
+    assert handle.value is None
+    assert lib.cs_error(None).decode() == reason
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("which", ["cutlass", "fallback"])
+def test_a_cs_create_on_a_device_that_is_not_there_says_so(built, which, request):
+    library = built[2].library if which == "cutlass" else request.getfixturevalue("fallback")
+    lib = _abi(library)
+    handle = ctypes.c_void_p()
+    assert lib.cs_create(ctypes.byref(handle), 16, 64, 64, 64, 64, 99, 0, 1, 1, 0, 0, 0) == 1
+    assert handle.value is None
+    reason = lib.cs_error(None).decode()
+    # With a GPU, the count; without one, the runtime's own reason for having none.
+    assert re.fullmatch(r"cs_create: (there is no device 99 \(\d+ devices\)|.*(device|driver).*)", reason), reason
+
+
 @pytest.mark.nvcc
 def test_manifest_records_the_toolchain_the_key_covers(built):
     compiler, source, result = built

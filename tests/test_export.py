@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -107,7 +108,14 @@ def test_the_cpp_example_compiles_and_links_against_the_exported_library(exporte
     proc = subprocess.run(["nvcc", "-std=c++17", str(target / "example.cpp"), f"-I{target}", f"-L{target}",
                            "-lcutsearch_fc", "-o", str(exe)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert os.access(exe, os.X_OK)
+    # It runs the layer on a GPU; without one, it stops at the first CUDA call and prints why, in
+    # one line (the library here is the test's fake kernel, whose cs_create needs no GPU).
+    ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "LD_LIBRARY_PATH": str(target)})
+    if ran.returncode == 0:
+        assert ran.stdout.startswith("ran "), ran.stdout
+    else:
+        assert ran.returncode == 1 and re.fullmatch(r"[^\n]*(device|driver)[^\n]*\n", ran.stderr), ran.stderr
 
 
 def test_export_refuses_a_foreign_directory_and_needs_force_to_replace_its_own(exported, tmp_path):

@@ -89,6 +89,25 @@ def test_the_c_abi_fallback_computes_the_layer(libraries, name):
         lib.cs_destroy(handle)
 
 
+def test_the_fallback_refuses_missing_pointers_and_says_why(libraries):
+    """cuBLASLt takes any alignment, so only a missing pointer is refused, before any call."""
+    layer, lib = LAYERS["f16, bias, ReLU"], libraries["f16, bias, ReLU"]
+    x, w, b = _inputs(layer)
+    handle = ctypes.c_void_p()
+    assert lib.cs_create(ctypes.byref(handle), layer.m, layer.n, layer.k, layer.n, layer.k, 0, 0, 1, 1, 0, 0, 0) == 0
+    try:
+        ws = torch.empty(lib.cs_workspace_size(handle), dtype=torch.uint8, device="cuda")
+        y = torch.empty(layer.y_shape, dtype=x.dtype, device="cuda")
+        good = [x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()]
+        missing = {0: "x, w and y must not be null", 2: "this layer adds a bias: b must not be null",
+                   4: "the workspace must not be null (cs_workspace_size bytes)"}
+        for i, reason in missing.items():
+            args = [None if j == i else p for j, p in enumerate(good)]
+            assert lib.cs_bind(handle, *args) == 1 and lib.cs_error(handle).decode() == "cs_bind: " + reason
+        assert lib.cs_bind(handle, *good) == 0, lib.cs_error(handle)
+    finally:
+        lib.cs_destroy(handle)
+
 @pytest.mark.parametrize("name", ["tiny bf16, bias, SiLU", "f16, bias, GELU", "f16, bias, y^T"])
 def test_the_python_fallback_writes_into_out_and_matches_f_linear(name):
     if not torch.cuda.is_available():

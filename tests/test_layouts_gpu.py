@@ -422,6 +422,49 @@ def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name
 
 
 @pytest.mark.gpu
+def test_cs_bind_refuses_bad_pointers_and_queues_nothing_outside_the_callers_stream(built):
+    """A missing or misaligned pointer is cs_bind's 1 and its reason, before the GPU could fault
+    on it. A good binding queues no work (its workspace is zeroed by cs_run, on the call's
+    stream): a stream-K layer's very first bind and call can be captured in a CUDA graph on a
+    side stream, where work on the legacy default stream would break the capture."""
+    torch = pytest.importorskip("torch")
+    with created(built, "y-stored-unaligned-stream-k") as (layer, kp, lib, handle):
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+        gen = torch.Generator(device="cuda").manual_seed(11)
+        x = torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype)
+        w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
+        w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
+        b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
+        b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+        y = torch.full((layer.m, layer.n), float("nan"), dtype=dtype, device="cuda")
+        assert lib.cs_workspace_size(handle) > 0  # stream-K's
+        ws = torch.empty(lib.cs_workspace_size(handle), dtype=torch.uint8, device="cuda")
+        good = [x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()]
+        missing = {0: "x, w and y must not be null", 1: "x, w and y must not be null",
+                   2: "this layer adds a bias: b must not be null", 3: "x, w and y must not be null",
+                   4: "the workspace must not be null (cs_workspace_size bytes)"}
+        for i, reason in missing.items():
+            args = [None if j == i else p for j, p in enumerate(good)]
+            assert lib.cs_bind(handle, *args) == 1 and lib.cs_error(handle).decode() == "cs_bind: " + reason
+        for i, name in enumerate(["x", "w", "b", "y", "the workspace"]):
+            args = [p + 2 if j == i else p for j, p in enumerate(good)]
+            assert lib.cs_bind(handle, *args) == 1
+            assert lib.cs_error(handle).decode() == f"cs_bind: {name} must be 16-byte aligned"
+        side = torch.cuda.Stream()
+        assert lib.cs_run(handle, side.cuda_stream) == 1  # the refusals bound nothing
+        assert lib.cs_error(handle).decode() == "cs_run: cs_bind was not called"
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            assert lib.cs_bind(handle, *good) == 0, lib.cs_error(handle)
+            assert lib.cs_run(handle, side.cuda_stream) == 0, lib.cs_error(handle)
+        want = x.double() @ w[: layer.n, : layer.k].double().T + b[: layer.n].double()
+        for _ in range(2):
+            y.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["split-k-fixup-swapped", "split-k-fixup-m1", "split-k-ws-fixup-swapped"])
 def test_the_fixup_gives_the_same_bits_call_after_call(built, name):
     """The fixup's tile counters wrap back to zero on each tile's last slice, with no reset

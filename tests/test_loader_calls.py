@@ -67,10 +67,14 @@ class Library:
         self.binds: list[tuple[int, int, int | None, int]] = []
         self.runs = 0
         self.created: list[int] = []
+        self.refusal: bytes | None = None  # cs_create's reason to refuse, where it does
 
     def cs_create(self, handle, m, *rest) -> int:
         self.created.append(m)
-        return 0
+        return 1 if self.refusal else 0
+
+    def cs_error(self, handle) -> bytes:
+        return self.refusal if handle is None else b"not asked"
 
     def cs_workspace_size(self, handle) -> int:
         return 256
@@ -120,6 +124,14 @@ def test_arguments_are_bound_again_exactly_when_x_y_or_the_weights_move(layer):
     fc(x, out=y)
     assert len(lib.binds) == 5 and lib.binds[-1][1] != w_ptr and lib.binds[-1][2] != b_ptr
 
+
+def test_a_refused_cs_create_is_an_error_with_the_librarys_reason(layer):
+    fc, lib = layer
+    lib.refusal = b"cs_create: there is no device 0 (0 devices)"
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    with pytest.raises(RuntimeError, match=r"no kernel handle for M=8: cs_create: there is no device 0 \(0 devices\)"):
+        fc(Array(0x10000, (M, K)), out=Array(0x20000, (M, N)))
+    assert lib.created == [M] and not lib.binds and lib.runs == 0
 
 def test_another_m_gets_its_own_handle_and_binding(layer):
     fc, lib = layer

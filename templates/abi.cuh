@@ -41,19 +41,19 @@ inline const char* cs_error_of(const char* handle_error, bool has_handle) {
   return has_handle ? handle_error : create_error[0] ? create_error : "null handle";
 }
 
-// Why cs_bind cannot take these pointers, or null. TMA needs every base 16-byte aligned.
+// Why cs_bind cannot take these pointers, or null. align: the bytes TMA needs every base aligned
+// to (1: none), and x's unless x is copied, where its elements' x_align does.
 inline const char* bind_problem(const void* x, const void* w, const void* bias, bool reads_bias, const void* y,
-                                const void* workspace, size_t workspace_bytes, bool tma) {
+                                const void* workspace, size_t workspace_bytes, size_t x_align, size_t align) {
   if (!x || !w || !y) return "x, w and y must not be null";
   if (reads_bias && !bias) return "this layer adds a bias: b must not be null";
   if (workspace_bytes && !workspace) return "the workspace must not be null (cs_workspace_size bytes)";
-  if (!tma) return nullptr;
-  auto odd = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; };
-  if (odd(x)) return "x must be 16-byte aligned";
-  if (odd(w)) return "w must be 16-byte aligned";
-  if (odd(y)) return "y must be 16-byte aligned";
-  if (reads_bias && odd(bias)) return "b must be 16-byte aligned";
-  if (workspace_bytes && odd(workspace)) return "the workspace must be 16-byte aligned";
+  auto off = [](const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a != 0; };
+  if (off(x, x_align)) return x_align == align ? "x must be 16-byte aligned" : "x must be aligned to its elements";
+  if (off(w, align)) return "w must be 16-byte aligned";
+  if (off(y, align)) return "y must be 16-byte aligned";
+  if (reads_bias && off(bias, align)) return "b must be 16-byte aligned";
+  if (workspace_bytes && off(workspace, align)) return "the workspace must be 16-byte aligned";
   return nullptr;
 }
 

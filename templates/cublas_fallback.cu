@@ -166,8 +166,7 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
   // cuBLASLt takes any element alignment: only missing pointers are refused.
-  if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, CS_HAS_BIAS, y, workspace, kLtWorkspace,
-                                                         /*tma=*/false)) {
+  if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, CS_HAS_BIAS, y, workspace, kLtWorkspace, 1, 1)) {
     std::snprintf(h->error, sizeof(h->error), "cs_bind: %s", problem);
     return 1;
   }

@@ -448,21 +448,29 @@ def test_cs_bind_refuses_bad_pointers_and_queues_nothing_outside_the_callers_str
             assert lib.cs_bind(handle, *args) == 1 and lib.cs_error(handle).decode() == "cs_bind: " + reason
         for i, name in enumerate(["x", "w", "b", "y", "the workspace"]):
             args = [p + 2 if j == i else p for j, p in enumerate(good)]
-            assert lib.cs_bind(handle, *args) == 1
-            assert lib.cs_error(handle).decode() == f"cs_bind: {name} must be 16-byte aligned"
+            if i == 0:  # x is copied here: any element will do, but not half of one
+                assert lib.cs_bind(handle, *args) == 0, lib.cs_error(handle)
+                args[0] -= 1
+                name = "x must be aligned to its elements"
+            else:
+                name = f"{name} must be 16-byte aligned"
+            assert lib.cs_bind(handle, *args) == 1 and lib.cs_error(handle).decode() == "cs_bind: " + name
+    with created(built, "y-stored-unaligned-stream-k") as (_, _, lib, fresh):
         side = torch.cuda.Stream()
-        assert lib.cs_run(handle, side.cuda_stream) == 1  # the refusals bound nothing
-        assert lib.cs_error(handle).decode() == "cs_run: cs_bind was not called"
+        assert lib.cs_bind(fresh, None, *good[1:]) == 1
+        assert lib.cs_run(fresh, side.cuda_stream) == 1  # a refusal binds nothing
+        assert lib.cs_error(fresh).decode() == "cs_run: cs_bind was not called"
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=side):
-            assert lib.cs_bind(handle, *good) == 0, lib.cs_error(handle)
-            assert lib.cs_run(handle, side.cuda_stream) == 0, lib.cs_error(handle)
+            assert lib.cs_bind(fresh, *good) == 0, lib.cs_error(fresh)
+            assert lib.cs_run(fresh, side.cuda_stream) == 0, lib.cs_error(fresh)
         want = x.double() @ w[: layer.n, : layer.k].double().T + b[: layer.n].double()
         for _ in range(2):
             y.fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
             assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["split-k-fixup-swapped", "split-k-fixup-m1", "split-k-ws-fixup-swapped"])

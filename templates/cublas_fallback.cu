@@ -168,6 +168,7 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   // cuBLASLt takes any element alignment: only missing pointers are refused.
   if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, CS_HAS_BIAS, y, workspace, kLtWorkspace, 1, 1)) {
     std::snprintf(h->error, sizeof(h->error), "cs_bind: %s", problem);
+    h->aligned = 0;  // a refused binding leaves none
     return 1;
   }
   // Most calls repeat the previous pointers: nothing to set, and no cuBLASLt call on the host.

@@ -66,8 +66,8 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 size_t cs_workspace_size(const cs_layer* layer);
 /* Prepares the kernel's arguments; cheap when the pointers are the same as last time. W is
    [pad_n, pad_k], bias [pad_n] (not read where the layer has no bias: it may be null). Returns
-   1, with the reason in cs_error(layer), for a null or misaligned pointer. It queues no work on
-   the GPU. */
+   1, with the reason in cs_error(layer), for a null or misaligned pointer; the layer is then
+   unbound until a cs_bind succeeds. It queues no work on the GPU. */
 int cs_bind(cs_layer* layer, const void* x, const void* w, const void* bias, void* y, void* workspace);
 /* One layer call on `stream` (a cudaStream_t). The first cs_run after cs_bind also zeroes the
    workspace's counters and, with CS_IO_X_VIEWS, builds W's shifted copies: run it once outside

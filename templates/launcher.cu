@@ -253,8 +253,10 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   if (!h) return 1;
   // A copied x (by the copy kernel or the GEMM's own copy) may start at any element.
   if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, kReadsBias, y, workspace, cs_workspace_size(h),
-                                                         h->x_pad_bytes ? sizeof(ElementA) : 16, 16))
+                                                         h->x_pad_bytes ? sizeof(ElementA) : 16, 16)) {
+    h->bound = false;
     return fail(h, "cs_bind", problem);
+  }
   if (h->bound && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   if (!h->bound || workspace != h->ws) h->ws_zeroed = false;
   if (!h->bound || workspace != h->ws || w != h->w) h->w_views_built = false;
@@ -328,16 +330,18 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   typename Gemm::Arguments check = args;
   cute::get<2>(check.problem_shape) = pitch_k;
   cutlass::Status st = Gemm::can_implement(check);
-  if (st != cutlass::Status::kSuccess) return fail(h, "can_implement", cutlassGetStatusString(st));
+  // A refused binding leaves none: cs_run refuses, and the next cs_bind starts over.
+  auto unbind = [h](const char* what, const char* detail) { h->bound = false; return fail(h, what, detail); };
+  if (st != cutlass::Status::kSuccess) return unbind("can_implement", cutlassGetStatusString(st));
   // update, not initialize, even the first time: initialize would also zero the workspace on the
   // legacy default stream, outside the caller's stream (and any graph capture); cs_run does that.
   if (!h->bound && GemmKernel::SharedStorageSize >= (48 << 10)) {
     if (cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(GemmKernel::SharedStorageSize)) != cudaSuccess)
-      return fail(h, "cudaFuncSetAttribute", cudaGetErrorString(cudaGetLastError()));
+      return unbind("cudaFuncSetAttribute", cudaGetErrorString(cudaGetLastError()));
   }
   st = h->gemm.update(args, ws_kernel);
-  if (st != cutlass::Status::kSuccess) return fail(h, "update", cutlassGetStatusString(st));
+  if (st != cutlass::Status::kSuccess) return unbind("update", cutlassGetStatusString(st));
   h->args = args;
   h->bound = true;
   return 0;

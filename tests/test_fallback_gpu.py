@@ -105,6 +105,9 @@ def test_the_fallback_refuses_missing_pointers_and_says_why(libraries):
             args = [None if j == i else p for j, p in enumerate(good)]
             assert lib.cs_bind(handle, *args) == 1 and lib.cs_error(handle).decode() == "cs_bind: " + reason
         assert lib.cs_bind(handle, *good) == 0, lib.cs_error(handle)
+        assert lib.cs_bind(handle, None, *good[1:]) == 1
+        assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 1  # a refusal leaves no binding
+        assert lib.cs_error(handle).decode() == "cs_bind was not called"
     finally:
         lib.cs_destroy(handle)
 

@@ -455,6 +455,9 @@ def test_cs_bind_refuses_bad_pointers_and_queues_nothing_outside_the_callers_str
             else:
                 name = f"{name} must be 16-byte aligned"
             assert lib.cs_bind(handle, *args) == 1 and lib.cs_error(handle).decode() == "cs_bind: " + name
+        # The x + 2 binding was good; the refusal after it left the handle unbound.
+        assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 1
+        assert lib.cs_error(handle).decode() == "cs_run: cs_bind was not called"
     with created(built, "y-stored-unaligned-stream-k") as (_, _, lib, fresh):
         side = torch.cuda.Stream()
         assert lib.cs_bind(fresh, None, *good[1:]) == 1

@@ -226,6 +226,7 @@ class FcLayer:
             bound = (xt.ptr, yt.ptr)
             if bound != h.bound:
                 if lib.cs_bind(h.handle, xt.ptr, self._w_ptr, self._b_ptr, yt.ptr, h.ws_ptr):
+                    h.bound = None  # a refused binding leaves none in the library either
                     raise RuntimeError(f"cutsearch kernel refused its arguments: {lib.cs_error(h.handle).decode()}")
                 h.bound = bound
             if lib.cs_run(h.handle, raw_stream):

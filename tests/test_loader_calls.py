@@ -68,20 +68,21 @@ class Library:
         self.runs = 0
         self.created: list[int] = []
         self.refusal: bytes | None = None  # cs_create's reason to refuse, where it does
+        self.refuse_binds = False
 
     def cs_create(self, handle, m, *rest) -> int:
         self.created.append(m)
         return 1 if self.refusal else 0
 
     def cs_error(self, handle) -> bytes:
-        return self.refusal if handle is None else b"not asked"
+        return self.refusal if handle is None else b"cs_bind: x must be 16-byte aligned"
 
     def cs_workspace_size(self, handle) -> int:
         return 256
 
     def cs_bind(self, handle, x, w, b, y, ws) -> int:
         self.binds.append((x, w, b, y))
-        return 0
+        return int(self.refuse_binds)
 
     def cs_run(self, handle, stream) -> int:
         self.runs += 1
@@ -132,6 +133,19 @@ def test_a_refused_cs_create_is_an_error_with_the_librarys_reason(layer):
     with pytest.raises(RuntimeError, match=r"no kernel handle for M=8: cs_create: there is no device 0 \(0 devices\)"):
         fc(Array(0x10000, (M, K)), out=Array(0x20000, (M, N)))
     assert lib.created == [M] and not lib.binds and lib.runs == 0
+
+def test_after_a_refused_binding_the_next_call_binds_again_even_on_the_pointers_before(layer):
+    """The library keeps no binding after refusing one, so the loader must not skip the next."""
+    fc, lib = layer
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    x, y = Array(0x10000, (M, K)), Array(0x20000, (M, N))
+    fc(x, out=y)
+    lib.refuse_binds = True
+    with pytest.raises(RuntimeError, match="refused its arguments: cs_bind: x must be 16-byte aligned"):
+        fc(Array(0x30000, (M, K)), out=y)
+    lib.refuse_binds = False
+    fc(x, out=y)
+    assert [bx for bx, _, _, _ in lib.binds] == [0x10000, 0x30000, 0x10000] and lib.runs == 2
 
 def test_another_m_gets_its_own_handle_and_binding(layer):
     fc, lib = layer

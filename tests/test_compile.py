@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from cutsearch import codegen, loader
+from cutsearch.abi import open_library
 from cutsearch import compiler as compiler_module
 from cutsearch.cache import MANIFEST, Cache
 from cutsearch.codegen import KernelSource, cutlass_version, render
@@ -99,17 +100,6 @@ def test_library_exports_the_c_abi(built):
     assert lib.cs_kernel_name().decode() == source.operation_name
 
 
-def _abi(library: Path) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(library))
-    i, vp = ctypes.c_int, ctypes.c_void_p
-    lib.cs_create.argtypes = [ctypes.POINTER(vp)] + [i] * 12
-    lib.cs_bind.argtypes = [vp] * 6
-    lib.cs_error.argtypes = [vp]
-    lib.cs_error.restype = ctypes.c_char_p
-    lib.cs_destroy.argtypes = [vp]
-    return lib
-
-
 @pytest.fixture(scope="module")
 def fallback(built):
     """The cuBLAS fallback's library for a layer with a bias, or a skip where cuBLAS's headers are missing."""
@@ -135,7 +125,7 @@ BAD_CREATES = [
 @pytest.mark.parametrize(("args", "reason"), BAD_CREATES)
 def test_a_refused_cs_create_says_why_through_cs_error_of_null(built, which, args, reason, request):
     library = built[2].library if which == "cutlass" else request.getfixturevalue("fallback")
-    lib = _abi(library)
+    lib = open_library(library)
     handle = ctypes.c_void_p(1)
     m, n, k, pad_n, pad_k, device, io = args
     assert lib.cs_create(ctypes.byref(handle), m, n, k, pad_n, pad_k, device, 0, 1, 1, 0, 0, io) == 1
@@ -147,7 +137,7 @@ def test_a_refused_cs_create_says_why_through_cs_error_of_null(built, which, arg
 @pytest.mark.parametrize("which", ["cutlass", "fallback"])
 def test_a_cs_create_on_a_device_that_is_not_there_says_so(built, which, request):
     library = built[2].library if which == "cutlass" else request.getfixturevalue("fallback")
-    lib = _abi(library)
+    lib = open_library(library)
     handle = ctypes.c_void_p()
     assert lib.cs_create(ctypes.byref(handle), 16, 64, 64, 64, 64, 99, 0, 1, 1, 0, 0, 0) == 1
     assert handle.value is None

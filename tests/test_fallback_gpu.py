@@ -111,6 +111,7 @@ def test_the_fallback_refuses_missing_pointers_and_says_why(libraries):
     finally:
         lib.cs_destroy(handle)
 
+
 @pytest.mark.parametrize("name", ["tiny bf16, bias, SiLU", "f16, bias, GELU", "f16, bias, y^T"])
 def test_the_python_fallback_writes_into_out_and_matches_f_linear(name):
     if not torch.cuda.is_available():

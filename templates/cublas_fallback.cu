@@ -165,22 +165,29 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
+  // Most calls repeat the previous pointers: nothing to set, and no cuBLASLt call on the host.
+  if (h->aligned && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   // cuBLASLt takes any element alignment: only missing pointers are refused.
   if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, CS_HAS_BIAS, y, workspace, kLtWorkspace, 1, 1)) {
     std::snprintf(h->error, sizeof(h->error), "cs_bind: %s", problem);
-    h->aligned = 0;  // a refused binding leaves none
+    h->aligned = 0;  // a refused binding leaves none (here and below)
     return 1;
   }
-  // Most calls repeat the previous pointers: nothing to set, and no cuBLASLt call on the host.
-  if (h->aligned && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   const bool new_bias = !h->aligned || bias != h->bias;
   h->x = x; h->w = w; h->bias = bias; h->y = y; h->ws = workspace;
   if (kFusedBias && new_bias) {
     cublasStatus_t st = cublasLtMatmulDescSetAttribute(h->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &h->bias,
                                                        sizeof(h->bias));
-    if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(h, "setting the bias pointer", st);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      h->aligned = 0;
+      return lt_fail(h, "setting the bias pointer", st);
+    }
   }
-  return choose_algo(h);
+  if (choose_algo(h)) {
+    h->aligned = 0;
+    return 1;
+  }
+  return 0;
 }
 
 int cs_run(cs_layer* h, void* stream) {

@@ -251,13 +251,13 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 // Arguments are rebuilt only when a pointer changes: the TMA descriptors and epilogue hold them.
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
+  if (h->bound && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   // A copied x (by the copy kernel or the GEMM's own copy) may start at any element.
   if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, kReadsBias, y, workspace, cs_workspace_size(h),
                                                          h->x_pad_bytes ? sizeof(ElementA) : 16, 16)) {
     h->bound = false;
     return fail(h, "cs_bind", problem);
   }
-  if (h->bound && x == h->x && w == h->w && bias == h->bias && y == h->y && workspace == h->ws) return 0;
   if (!h->bound || workspace != h->ws) h->ws_zeroed = false;
   if (!h->bound || workspace != h->ws || w != h->w) h->w_views_built = false;
   h->x = x; h->w = w; h->y = y; h->ws = static_cast<char*>(workspace); h->bias = bias;

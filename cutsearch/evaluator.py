@@ -212,12 +212,13 @@ class ReplayEvaluator:
             if self.delay_s:
                 time.sleep(self.delay_s)
             found = self.recording.get(config.key)
+            # Told before it is yielded, as the GPU tells it: a trial's progress line counts it.
+            emit(events, "measured", ok=found is not None and isinstance(found.outcome, Measurement))
             if found is None:
                 yield Evaluation(config=config, source=self.source, outcome=Failure(
                     kind=FailureKind.INVALID, message="not in the recording: this config was not measured"))
             else:
                 yield dataclasses.replace(found, source=self.source, cached=True)
-            emit(events, "measured", ok=found is not None and isinstance(found.outcome, Measurement))
 
     def close(self) -> None:
         pass
@@ -235,9 +236,9 @@ class ModelEvaluator:
         for config in configs:
             knobs, t = model.best_knobs(layer, config, knob_grid(config, layer), self.coeff)
             timing = Timing(median_us=t, p20_us=t, p80_us=t, reps=0)
+            emit(events, "measured", ok=True)
             yield Evaluation(config=config, source=self.source,
                              outcome=Measurement(timing=timing, knobs=knobs, rel_error=0.0))
-            emit(events, "measured", ok=True)
 
     def close(self) -> None:
         pass

@@ -40,6 +40,7 @@ class Evaluated:
     case: Case
     evaluations: list[Evaluation]
     events: list[tuple[str, dict[str, Any]]]
+    announced: list[int]  # per evaluation, the successful "measured" events told before it was yielded
 
 
 def _replay_case() -> Case:
@@ -83,11 +84,14 @@ def evaluated(case) -> Evaluated:
     """The case's configs evaluated once (a GPU run compiles and measures only here)."""
     events: list[tuple[str, dict[str, Any]]] = []
     evaluator = case.make()
+    evaluations, announced = [], []
     try:
-        evaluations = list(evaluator.evaluate(case.layer, case.configs, lambda name, data: events.append((name, data))))
+        for ev in evaluator.evaluate(case.layer, case.configs, lambda name, data: events.append((name, data))):
+            evaluations.append(ev)
+            announced.append(sum(data["ok"] for name, data in events if name == "measured"))
     finally:
         evaluator.close()
-    return Evaluated(case=case, evaluations=evaluations, events=events)
+    return Evaluated(case=case, evaluations=evaluations, events=events, announced=announced)
 
 
 def test_yields_exactly_one_evaluation_per_config(evaluated):
@@ -139,6 +143,14 @@ def test_reports_a_measured_event_for_each_measurement(evaluated):
     measured = [data for name, data in evaluated.events if name == "measured"]
     assert all(isinstance(d.get("ok"), bool) for d in measured)
     assert sum(d["ok"] for d in measured) == sum(isinstance(e.outcome, Measurement) for e in evaluated.evaluations)
+
+
+def test_tells_each_measurement_before_yielding_it(evaluated):
+    """The search prints a trial's line as its evaluation arrives: its count must include it."""
+    yielded = 0
+    for ev, announced in zip(evaluated.evaluations, evaluated.announced):
+        yielded += isinstance(ev.outcome, Measurement)
+        assert announced == yielded, f"{ev.config.key}: {announced} measurements told, {yielded} yielded"
 
 
 def test_evaluations_replay_identically_from_a_recording(evaluated, tmp_path):

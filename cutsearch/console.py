@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cutsearch.problem import Layer
-from cutsearch.space import Config, kernel_problem
+from cutsearch.space import Config, kernel_problem, unserved_line
 
 if TYPE_CHECKING:  # report imports optuna: only `show` needs it, so it is imported there
     from cutsearch.report import Digest
@@ -91,6 +91,8 @@ class ProgressView:
             # Checked between batches: a batch already building is finished, so a run can pass its limit.
             self.console.print(f"time limit of {data['limit_s']:g} s passed (now {data['elapsed_s']:.0f} s): "
                                "no new batch")
+        elif name == "unserved":
+            self.console.print(f"[yellow]{unserved_line(data['reason'])}[/]")
         elif name == "exhausted":
             self.console.print("the sampler proposes only configs already tried: the space is exhausted")
         elif name == "racing":
@@ -163,7 +165,9 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
     console.print(table)
     if s.get("note"):
         console.print(f"[yellow]{s['note']}[/]")
-    if s.get("ships") == "the fallback's fused cuBLASLt":
+    if s.get("unserved"):
+        console.print(f"[yellow]{unserved_line(s['unserved'])}[/]")
+    elif s.get("ships") == "the fallback's fused cuBLASLt":
         console.print("[yellow]cuBLASLt with the ReLU fused won the race: an export will call the fallback's "
                       "library[/]")
     elif s.get("tie"):
@@ -203,6 +207,9 @@ def print_study(console: Console, study: str, *, storage: str, top: int = 10) ->
     from cutsearch.report import digest
 
     d = digest(study, storage=storage)
+    if d.trials == 0 and d.unserved:
+        console.print(f"[yellow]{study}: {unserved_line(d.unserved)}[/]")
+        return
     if d.trials == 0:
         pending = f" ({d.pending} pending)" if d.pending else ""
         raise UserError(f"study {study!r} has no finished trial yet{pending}: nothing to show")

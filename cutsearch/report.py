@@ -25,7 +25,7 @@ from cutsearch import persist
 from cutsearch.errors import UserError
 from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
 from cutsearch.verdict import TrialRecord, Verdict, judge
-from cutsearch.space import Config
+from cutsearch.space import Config, unserved_line
 from cutsearch.storage import load_study
 
 CUBLAS = "cuBLAS (F.linear)"
@@ -59,6 +59,7 @@ class Digest:
     sources: tuple[str, ...]           # "measured", "recorded", "predicted"
     race: dict | None = None           # the race that ended the last search (verdict.judge)
     gpu: str | None = None             # the GPU model its times were measured on (search.open_study)
+    unserved: str | None = None        # why no config of the space can compute the layer (Space.unserved)
 
     @property
     def trials(self) -> int:
@@ -173,7 +174,8 @@ def digest_of(study: optuna.Study) -> Digest:
     return Digest(study=study.study_name, layer=Layer.from_dict(layer_attrs, name=study.study_name),
                   measured=tuple(measured), failed=tuple(failed), rejected=dict(rejected.most_common()),
                   pending=pending, builds=tuple(builds), cached_builds=cached, sources=tuple(sorted(sources)),
-                  race=study.user_attrs.get("race"), gpu=study.user_attrs.get("gpu"))
+                  race=study.user_attrs.get("race"), gpu=study.user_attrs.get("gpu"),
+                  unserved=study.user_attrs.get("unserved"))
 
 
 def _config_key(trial: FrozenTrial) -> str:
@@ -424,7 +426,8 @@ def _header(d: Digest) -> str:
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     notice = ""
     if best is None:
-        why = d.verdict.basis if d.measured else "nothing was measured yet"
+        why = (d.verdict.basis if d.measured else unserved_line(d.unserved) if d.unserved
+               else "nothing was measured yet")
         notice += f'<p class="notice">No kernel to ship in {html.escape(d.study)}: {html.escape(why)}.</p>'
     if d.note:
         notice += f'<p class="note">Note: {html.escape(d.note)}.</p>'

@@ -54,6 +54,7 @@ class SearchResult:
     wall_s: float
     source: str  # "measured", "recorded" or "predicted"
     batch: int = 0  # trials asked at a time: with the seed, what makes a run repeatable
+    unserved: str | None = None  # why no config of the space can compute the layer
 
     @property
     def best(self) -> TrialRecord | None:
@@ -386,6 +387,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     At the end, an evaluator that can race times the contenders and cuBLAS again in
     `race_rounds` interleaved rounds (0: no race), and the race decides the verdict.
     `device_name` is the GPU the evaluator measures on (see `open_study`).
+    A layer that no config of the space can compute is not searched: the result says why.
     """
     if trials <= 0:
         raise UserError(f"--trials must be positive, got {trials}")
@@ -396,25 +398,30 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     study = open_study(layer, study_name=study_name, storage=storage, source=evaluator.source,
                        sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials), device_name=device_name)
     space = _recorded_space(study, space)
-    if sampler == "model":
-        _enqueue_model_order(study, layer, space, trials)
-    else:
-        warm_start(study, layer, space, batch if warm is None else warm, priors)
     run = _Run(study=study, layer=layer, evaluator=evaluator, events=events, on_best=on_best, artifacts=artifacts,
                best=_best(study))
-    run.learn(study.get_trials(deepcopy=False))
-    run.announce_standing()
-    run.run_trials(trials=trials, timeout_s=timeout_s, start=start, batch=batch, dists=distributions(space),
-                   hopeless=_hopeless(study, layer, space) if prune and sampler == "tpe" else set())
-    if race_rounds > 0 and hasattr(evaluator, "race"):
-        _run_race(study, layer, evaluator, race_rounds, events)
+    unserved = space.unserved()
+    if unserved is not None:  # nothing to build: the verdict ships cuBLAS, and says why
+        study.set_user_attr("unserved", unserved)
+        emit(events, "unserved", reason=unserved)
+    else:
+        if sampler == "model":
+            _enqueue_model_order(study, layer, space, trials)
+        else:
+            warm_start(study, layer, space, batch if warm is None else warm, priors)
+        run.learn(study.get_trials(deepcopy=False))
+        run.announce_standing()
+        run.run_trials(trials=trials, timeout_s=timeout_s, start=start, batch=batch, dists=distributions(space),
+                       hopeless=_hopeless(study, layer, space) if prune and sampler == "tpe" else set())
+        if race_rounds > 0 and hasattr(evaluator, "race"):
+            _run_race(study, layer, evaluator, race_rounds, events)
     finished = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
     failures = collections.Counter(
         (t.user_attrs.get("failure") or {}).get("kind", "unknown") for t in finished if t.state == TrialState.FAIL)
     return SearchResult(study_name=study_name, layer=layer, verdict=judge(records(study), study.user_attrs.get("race")),
                         trials=len(finished), new_trials=run.new_trials, new_compiles=run.new_compiles,
                         failures=dict(failures), wall_s=time.monotonic() - start, source=evaluator.source,
-                        batch=batch)
+                        batch=batch, unserved=unserved)
 
 
 def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, events: Events | None) -> None:

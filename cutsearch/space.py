@@ -6,6 +6,7 @@ built kernel, searched on it without recompiling.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import itertools
@@ -196,11 +197,28 @@ def invalid_reason(layer: Layer, config: Config) -> str | None:
     Rules learned by compiling are kept by the search in its study; these are the ones that
     hold for every layer. The first broken rule is named, in the order of the checks below.
     """
-    if reason := _outside_space(layer, config) or _schedule_conflict(config) or _over_resources(layer, config):
-        return reason
-    kp = kernel_problem(layer, config)
-    return (_misaligned(layer, config, kp) or _epilogue_conflict(layer, config, kp)
-            or (_split_k_invalid(layer, config, kp) if config.split_k else None) or _launch_invalid(layer, config, kp))
+    found = _refusal(layer, config)
+    return None if found is None else found[1]
+
+
+def _refusal(layer: Layer, config: Config) -> tuple[int, str] | None:
+    """The first broken rule: its place in the order of the checks, and its reason."""
+    for place, reason in enumerate(_checks(layer, config)):
+        if reason is not None:
+            return place, reason
+    return None
+
+
+def _checks(layer: Layer, c: Config) -> Iterator[str | None]:
+    """Each rule's reason or None, in order, lazily: a later check may assume the earlier held."""
+    yield _outside_space(layer, c)
+    yield _schedule_conflict(c)
+    yield _over_resources(layer, c)
+    kp = kernel_problem(layer, c)
+    yield _misaligned(layer, c, kp)
+    yield _epilogue_conflict(layer, c, kp)
+    yield _split_k_invalid(layer, c, kp) if c.split_k else None
+    yield _launch_invalid(layer, c, kp)
 
 
 def _outside_space(layer: Layer, c: Config) -> str | None:
@@ -533,6 +551,11 @@ VIEWS_MAX_COST = 4
 COPY_LAUNCH_US = 2.0  # a copy kernel's launch and drain beside the GEMM (the model's copy_overhead_us)
 
 
+def unserved_line(reason: str) -> str:
+    """What a search, `show` and the report say of a layer that `Space.unserved` gives a reason for."""
+    return f"no kernel of cutsearch's space can compute this layer ({reason}): nothing to search, an export calls cuBLAS"
+
+
 @dataclasses.dataclass(frozen=True)
 class Space:
     """The choices of each dimension, for one layer. The search samples from these."""
@@ -582,6 +605,22 @@ class Space:
                 "cluster": f"{config.cluster_m}x{config.cluster_n}",
                 "schedule": f"{config.kernel_schedule}/{config.epilogue_schedule}/{config.tile_scheduler}",
                 "stages": config.stages, "swap_ab": config.swap_ab, "pad": config.pad, "split_k": config.split_k}
+
+    def unserved(self) -> str | None:
+        """Why no config of the space can compute its layer, or None where one can: the rules
+        that refused the configs that passed the most checks, most frequent first."""
+        dims = self.dimensions()
+        furthest, reasons = -1, collections.Counter()
+        for values in itertools.product(*dims.values()):
+            found = _refusal(self.layer, self.config_from_params(dict(zip(dims, values))))
+            if found is None:
+                return None
+            place, reason = found
+            if place > furthest:
+                furthest, reasons = place, collections.Counter()
+            if place == furthest:
+                reasons[reason] += 1
+        return "; ".join(reason for reason, _ in reasons.most_common(3))
 
     def __iter__(self) -> Iterator[Config]:
         """Every valid config, in a fixed order (exhaustive runs and model ranking)."""

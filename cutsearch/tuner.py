@@ -297,7 +297,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "cublas_wins": (result.speedup is not None and not result.verdict.kernel_ships
                         and not result.verdict.fallback_wins),
         "tie": result.verdict.tie,
-        "verdict": result.verdict.basis,
+        "verdict": result.verdict.basis if result.unserved is None else None,  # nothing was judged
         # The export's cuBLAS fallback, its cuBLASLt call fusing the activation, as raced.
         "fallback_us": result.verdict.fallback_us,
         "ships": ("the fallback's fused cuBLASLt" if result.verdict.fallback_wins else "the best kernel"
@@ -311,6 +311,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "runs": runs or [],
         "study_wall_s": round(sum(r["wall_s"] for r in runs), 2) if runs else round(result.wall_s, 2),
         "best": None if best is None else _best_trial(best),
+        "unserved": result.unserved,
         "toolchain": {"gpu": tc.gpu, "nvcc": tc.nvcc, "cutlass": tc.cutlass, "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

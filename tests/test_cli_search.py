@@ -130,3 +130,23 @@ def test_the_progress_written_to_a_file_is_a_line_per_step():
         "failed 1 · best 12.5 µs (cuBLAS 25.0 µs, 2.00x)",
         "2 config(s) an interrupted run left unfinished queued again",
     ], "one unwrapped line each, before the run ends"
+
+
+def test_a_layer_no_kernel_can_compute_is_not_searched_and_every_view_says_why(tmp_path, private_dirs):
+    """y^T with unaligned rows takes only the epilogues that store elements, and none of them adds
+    a bias along y^T's rows: the search asks for no trial, and the export calls cuBLAS."""
+    studies = private_dirs[0]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
+    layer = ["--m", "226", "--n", "1000", "--k", "1024", "--bias", "--output", "transposed"]
+    run = subprocess.run([sys.executable, "-m", "cutsearch", "search", *layer, "--evaluator", "model", "--trials", "8",
+                          "--study", "yt"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    said = "no kernel of cutsearch's space can compute this layer"
+    assert said in run.stderr and "not for y^T" in run.stderr and "space is exhausted" not in run.stdout + run.stderr
+    results = json.loads((studies / "results" / "yt.json").read_text())
+    assert "not for y^T" in results["unserved"]
+    assert (results["trials"], results["best"], results["ships"], results["verdict"]) == (0, None, "cuBLAS", None)
+    show = subprocess.run([sys.executable, "-m", "cutsearch", "show", "yt"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert show.returncode == 0 and said in show.stdout, show.stdout + show.stderr

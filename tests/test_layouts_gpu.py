@@ -37,6 +37,14 @@ CASES = {
     "x-and-y-padded": (dataclasses.replace(BASE, input="padded", output="padded"), CONFIG),
     "y-transposed-swapped": (dataclasses.replace(BASE, output="transposed"), dataclasses.replace(CONFIG, pad=True, swap_ab=True)),
     "x-padded-y-transposed": (dataclasses.replace(BASE, input="padded", output="transposed"), CONFIG),
+    # y^T with M = 226: its rows are unaligned, so only the epilogues that store elements serve
+    # it, and only without a bias (Space.unserved says so where there is one).
+    "y-transposed-unaligned-direct": (dataclasses.replace(BASE, m=226, bias=False, activation="relu",
+                                                           output="transposed"), DIRECT),
+    "y-transposed-unaligned-staged-swapped": (dataclasses.replace(BASE, m=226, bias=False, output="transposed"),
+                                              dataclasses.replace(STAGED, swap_ab=True)),
+    "y-transposed-unaligned-nosmem": (dataclasses.replace(BASE, m=226, bias=False, activation="none",
+                                                           output="transposed"), NOSMEM),
     # The nosmem epilogue stores y's unaligned rows itself, the bias added as a zero-stride C.
     "y-stored-unaligned": (BIAS_ONLY, NOSMEM),
     "y-stored-unaligned-swapped": (BIAS_ONLY, dataclasses.replace(NOSMEM, swap_ab=True)),

@@ -492,6 +492,22 @@ def test_iteration_yields_only_valid_distinct_configs():
     assert {c.tile_scheduler for c in configs} == {"persistent", "streamk", "grid"}
 
 
+@pytest.mark.parametrize("layer, unserved", [
+    (dataclasses.replace(UNALIGNED_K, m=226, bias=True, output="transposed"), True),
+    (dataclasses.replace(UNALIGNED_K, m=226, bias=True, activation="relu", output="transposed", input="padded"), True),
+    (dataclasses.replace(UNALIGNED_K, m=226, output="transposed"), False),  # no bias: the element-wise stores serve
+    (dataclasses.replace(UNALIGNED_K, m=224, bias=True, output="transposed"), False),  # aligned rows of y^T
+    (ODD, False), (ALIGNED, False),
+])
+def test_a_space_says_why_it_holds_no_config_exactly_when_it_holds_none(layer, unserved):
+    space = Space(layer, tile_k=(64,))
+    reason = space.unserved()
+    assert (reason is not None) == unserved == (next(iter(space), None) is None)
+    if unserved:  # the rules that refused the configs that got furthest, not the first rule of all
+        assert "the direct epilogue adds the bias as a source C broadcast along y's rows: not for y^T" in reason
+        assert "needs 16 (pad)" not in reason and "warpgroups" not in reason
+
+
 def test_padding_is_searched_only_where_the_layer_is_unaligned():
     assert Space(ALIGNED).dimensions()["pad"] == (False,)
     assert Space(UNALIGNED_K).dimensions()["pad"] == (False, True)

@@ -5,11 +5,12 @@ no GPU needed.
 
 The searches measure the cost model's favourites, so a corner of the space they never reach
 could fail to build, or spill, on a layer nobody has tried. Here the layers are drawn as
-random_layers.py draws them (its three distributions in turn), each with random caller layouts
-where the layer allows them, and each layer's configs are drawn uniformly from its whole valid
-space, split-K included wherever the layer allows it. Each is rendered and built as the search
-would, and ptxas's report is recorded: a failure, a spill or serialized WGMMA is a defect of the
-space's rules. Builds run through a fresh compile cache, so every one is real.
+random_layers.py draws them (its three distributions in turn), each with a random caller
+layout, and each layer's configs are drawn uniformly from its whole valid
+space, split-K included wherever the layer allows it (a layer whose space is empty gets none:
+`Space.unserved` says why). Each is rendered and built as the search would, and ptxas's report is
+recorded: a failure, a spill or serialized WGMMA is a defect of the space's rules. Builds run
+through a fresh compile cache, so every one is real.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from random_layers import draw
 from cutsearch.cache import Cache
 from cutsearch.codegen import cutlass_version, render
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
-from cutsearch.errors import UserError
 from cutsearch.problem import Layer
 from cutsearch.space import Space
 
@@ -40,12 +40,8 @@ def layers(rng: random.Random, count: int) -> list[Layer]:
         d = draw(rng, DISTRIBUTIONS[len(out) % len(DISTRIBUTIONS)])
         layout = {"input": rng.choice(["contiguous", "contiguous", "padded"]),
                   "output": rng.choice(["contiguous", "contiguous", "padded", "transposed"])}
-        try:
-            layer = Layer(m=d["M"], n=d["N"], k=d["K"], dtype=d["dtype"], bias=d["bias"],
-                          activation=d["activation"], **layout)
-        except UserError:  # a layout the layer cannot take (y^T needs M a multiple of 8)
-            layer = Layer(m=d["M"], n=d["N"], k=d["K"], dtype=d["dtype"], bias=d["bias"], activation=d["activation"])
-        out.append(layer)
+        out.append(Layer(m=d["M"], n=d["N"], k=d["K"], dtype=d["dtype"], bias=d["bias"], activation=d["activation"],
+                         **layout))
     return out
 
 

@@ -1,7 +1,7 @@
 """Does every config the space offers build clean? nvcc builds of random configs of random layers,
 no GPU needed.
 
-    python studies/scripts/space_survey.py OUT.json --seed SEED [--layers 40] [--per-layer 3] [--jobs J]
+    python studies/scripts/space_survey.py OUT.json --seed SEED [--layers 40] [--per-layer 3] [--jobs J] [--all-stages]
 
 The searches measure the cost model's favourites, so a corner of the space they never reach
 could fail to build, or spill, on a layer nobody has tried. Here the layers are drawn as
@@ -10,7 +10,8 @@ layout, and each layer's configs are drawn uniformly from its whole valid
 space, split-K included wherever the layer allows it (a layer whose space is empty gets none:
 `Space.unserved` says why). Each is rendered and built as the search would, and ptxas's report is
 recorded: a failure, a spill or serialized WGMMA is a defect of the space's rules. Builds run
-through a fresh compile cache, so every one is real.
+through a fresh compile cache, so every one is real. `--all-stages` draws from the space that
+`cutsearch search --all-stages` searches: explicit stage counts too.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from cutsearch.cache import Cache
 from cutsearch.codegen import cutlass_version, render
 from cutsearch.compiler import CompiledKernel, Compiler, Toolchain
 from cutsearch.problem import Layer
-from cutsearch.space import Space
+from cutsearch.space import DEFAULT_STAGES, STAGES, Space
 
 DISTRIBUTIONS = ("drawn", "models", "heads")
 
@@ -52,11 +53,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--per-layer", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--all-stages", action="store_true")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     pairs = []
     for layer in layers(rng, args.layers):
-        space = list(Space(layer, split_k=(False, True)))
+        space = list(Space(layer, split_k=(False, True), stages=STAGES if args.all_stages else DEFAULT_STAGES))
         pairs += [(layer, config) for config in rng.sample(space, min(args.per_layer, len(space)))]
 
     records: list[dict] = []

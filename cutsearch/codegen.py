@@ -226,6 +226,8 @@ def render(layer: Layer, config: Config) -> KernelSource:
         kernel = _cta_tile_descriptor(operation.rt_module.emit(), config)
         includes = "\n".join(f'#include "{h}"' for h in operation.rt_module.emitter.includes)
         name = operation.procedural_name()
+        if bias_as_c:
+            kernel = _bias_layout(kernel, config)
         if config.epilogue_schedule in OWN_EPILOGUES:
             kernel, name = _replace_nosmem_epilogue(kernel, name, layer, config)
         views = row_views(layer)
@@ -359,6 +361,20 @@ def _wrapped_mainloop(kernel: str, config: Config) -> str:
     return _wrap_collective(kernel, "CollectiveMainloop", "", "CollectiveMainloopBase",
                             f"cutsearch_mainloop::Mainloop<CollectiveMainloopBase, {args}>", "mainloop")
 
+
+
+def _bias_layout(kernel: str, config: Config) -> str:
+    """Give C, the bias, the layout of y's D whatever the caller's y: row-major, or column-major
+    when A and B swap. The interface gives C the layout of D, and D of y^T fixes C's unit stride
+    along y's rows, where the bias needs the zero stride (the launcher sets it)."""
+    layout = "ColumnMajor" if config.swap_ab else "RowMajor"
+    # The epilogue builder's arguments: ..., ElementAccumulator, ElementCompute, ElementC, LayoutC, ...
+    pattern = re.compile(r"(epilogue::collective::CollectiveBuilder<.*?float,\s*float,\s*[\w:]+,\s*)"
+                         r"cutlass::layout::\w+", re.S)
+    patched, count = pattern.subn(rf"\1cutlass::layout::{layout}", kernel, count=1)
+    if count != 1:
+        raise CodegenError("unexpected epilogue builder in the emitted kernel")
+    return patched
 
 
 def _wrap_collective(kernel: str, name: str, tail: str, base: str, wrapper: str, what: str) -> str:

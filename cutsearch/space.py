@@ -297,8 +297,6 @@ def _epilogue_conflict(layer: Layer, c: Config, kp: KernelProblem) -> str | None
         # without a bias, k-tiles 32 and 64), and 176 in a search on the H200 (1x2 cluster); none
         # swapped, with SiLU, or on the other tiles (studies/recorded/local-2026-12-02-gelu-spills-2/).
         return "the staged epilogue with GELU on an unswapped 256x96 tile spills registers"
-    if c.epilogue_schedule in SIMT_EPILOGUES and layer.bias and layer.output == "transposed":
-        return f"the {c.epilogue_schedule} epilogue adds the bias as a source C broadcast along y's rows: not for y^T"
     if c.epilogue_schedule in SIMT_EPILOGUES and kp.align_d == 16 // BYTES[layer.dtype]:
         return f"the {c.epilogue_schedule} epilogue only serves unaligned output rows; the TMA epilogue is faster"
     if c.epilogue_schedule == "fixup" and not c.split_k:
@@ -553,7 +551,7 @@ COPY_LAUNCH_US = 2.0  # a copy kernel's launch and drain beside the GEMM (the mo
 
 def unserved_line(reason: str) -> str:
     """What a search, `show` and the report say of a layer that `Space.unserved` gives a reason for."""
-    return f"no kernel of cutsearch's space can compute this layer ({reason}): nothing to search, an export calls cuBLAS"
+    return f"no kernel of the space searched can compute this layer ({reason}): nothing to search, an export calls cuBLAS"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,16 +63,23 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
          recording: Path | None = None, sampler: str = "tpe", batch: int | None = None, seed: int = 0,
          warm: int | None = None, workspace: Workspace | None = None, command: str | None = None,
          events: Callable[[str, dict[str, Any]], None] | None = None, all_stages: bool = False,
-         split_k: bool = False, prune: bool = True) -> SearchResult:
+         split_k: bool = False, prune: bool = True, space: Space | None = None) -> SearchResult:
     """Search `layer`, resuming study `study`; persist its best kernel and its summary.
 
     `all_stages` also searches explicit stage counts; by default the CUTLASS builder picks them.
     `split_k` also searches split-K wherever the layer's output tiles leave SMs idle; without it,
     only where K is long and they would leave most SMs idle (space.split_k_pays).
     `prune` lets TPE skip the configs the cost model rates hopeless.
+    `space` searches a space of the caller's instead, a restricted one say (its own stages and split-K).
     """
     check_options(trials=trials, gpu=gpu, jobs=jobs, batch=batch, seed=seed, warm=warm, sampler=sampler,
                   evaluator=evaluator, recording=recording)
+    if space is not None and dataclasses.replace(space.layer, name=None) != dataclasses.replace(layer, name=None):
+        raise UserError(f"the space given is for another layer ({space.layer.slug}, not {layer.slug})")
+    if space is not None and (all_stages or split_k):
+        raise UserError("all_stages and split_k shape the default space: give a space its own stages and split_k")
+    space = space or Space(layer, stages=STAGES if all_stages else DEFAULT_STAGES,
+                           split_k=(False, True) if split_k else None)
     ws = workspace or Workspace()
     name = Workspace.check_name(study if study is not None else layer.name or layer.slug)
     ws.writable()
@@ -94,8 +101,7 @@ def tune(layer: Layer, *, trials: int = 64, timeout_s: float | None = None, stud
         result = search(layer, evaluator=ev, storage=store, study_name=name, trials=trials, timeout_s=timeout_s,
                         batch=batch or (nvcc_jobs and BATCH_PER_JOB * nvcc_jobs), sampler=sampler,
                         seed=seed, warm=warm, events=events, on_best=on_best, priors=priors(ws, layer),
-                        space=Space(layer, stages=STAGES if all_stages else DEFAULT_STAGES,
-                                    split_k=(False, True) if split_k else None), prune=prune,
+                        space=space, prune=prune,
                         artifacts=artifact_store(ws.artifacts(name)),
                         device_name=(toolchain.gpu or {}).get("name"))
         if result.best is not None:

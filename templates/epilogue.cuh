@@ -16,7 +16,8 @@
 // its 16 rows of the accumulator, 32 columns at a time (16 where the tile's width is not a
 // multiple of 32), in shared memory of its own (so it needs no barrier), and writes them back
 // row by row: 32 (or 16) consecutive elements a store.
-// D = act(alpha * acc + beta * C); C is the bias with a zero stride across y's rows.
+// D = act(alpha * acc + beta * C); C is the bias with a zero stride across y's rows, in y's
+// layout (column-major where A and B swap) whatever D's, y's or y^T's.
 namespace cutsearch_staged {
 
 // The types of the CUTLASS DefaultEpilogue that an epilogue here replaces: kept, so that the
@@ -102,6 +103,9 @@ class StagedEpilogue : public NoWorkspace<Base> {
     static_assert(GroupsPerChunk * 8 <= kCols && Groups % GroupsPerChunk == 0, "chunks that cover the tile's columns");
     constexpr int Width = GroupsPerChunk * 8;
     constexpr bool RowMajor = is_constant<1, decltype(get<1>(StrideD{}))>::value;
+    // Where C's layout is not D's (y^T), the bias varies along a lane's stores: the lane adds it
+    // as it stages its accumulators, which follow the tile's rows and columns.
+    constexpr bool StagedBias = is_constant<1, decltype(get<1>(StrideC{}))>::value != RowMajor;
 
     const int res_m = int(get<0>(residue_mnk)), res_n = int(get<1>(residue_mnk));
     if (res_m <= 0 || res_n <= 0) return;
@@ -149,15 +153,34 @@ class StagedEpilogue : public NoWorkspace<Base> {
             return c[(m0 + band + row(s)) * get<0>(params.dC) + (n0 + cols + col(s)) * get<1>(params.dC)];
           };
           const float bias = source && broadcast && inside(0) ? float(c_at(0)) : 0.f;
+          // The staged bias of the lane's elements (row half h, group g, column j of the pair),
+          // all loaded before the chunk's stores.
+          float staged[2][GroupsPerChunk][2] = {};
+          if constexpr (StagedBias) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int g = 0; g < GroupsPerChunk; ++g) {
+                CUTLASS_PRAGMA_UNROLL
+                for (int j = 0; j < 2; ++j) {
+                  const int r = band + lane / 4 + 8 * h, cc = cols + 8 * g + 2 * (lane % 4) + j;
+                  staged[h][g][j] = source && r < res_m && cc < res_n
+                                        ? beta * float(c[(m0 + r) * get<0>(params.dC) + (n0 + cc) * get<1>(params.dC)])
+                                        : 0.f;
+                }
+              }
+            }
+          }
           __syncwarp();  // the previous chunk is read
           CUTLASS_PRAGMA_UNROLL
           for (int g = 0; g < GroupsPerChunk; ++g) {
             CUTLASS_PRAGMA_UNROLL
             for (int h = 0; h < 2; ++h) {
               const int i = chunk * GroupsPerChunk + g;
-              *reinterpret_cast<float2*>(mine + h * 8 * kPitch + 8 * g) =
-                  make_float2(float(accumulators(make_coord(make_coord(0, h, i), mm, nn))),
-                              float(accumulators(make_coord(make_coord(1, h, i), mm, nn))));
+              float2 v = make_float2(float(accumulators(make_coord(make_coord(0, h, i), mm, nn))),
+                                     float(accumulators(make_coord(make_coord(1, h, i), mm, nn))));
+              if constexpr (StagedBias) v = make_float2(alpha * v.x + staged[h][g][0], alpha * v.y + staged[h][g][1]);
+              *reinterpret_cast<float2*>(mine + h * 8 * kPitch + 8 * g) = v;
             }
           }
           __syncwarp();
@@ -165,8 +188,9 @@ class StagedEpilogue : public NoWorkspace<Base> {
           for (int s = 0; s < Stores; ++s) {
             if (inside(s)) {
               const int64_t gm = m0 + band + row(s), gn = n0 + cols + col(s);
-              const float cv = !source ? 0.f : broadcast ? bias : float(c_at(s));
-              const float v = alpha * stage[row(s) * kPitch + col(s)] + beta * cv;
+              const float cv = StagedBias || !source ? 0.f : broadcast ? bias : float(c_at(s));
+              const float v = StagedBias ? stage[row(s) * kPitch + col(s)]
+                                         : alpha * stage[row(s) * kPitch + col(s)] + beta * cv;
               d[gm * get<0>(params.dD) + gn * get<1>(params.dD)] = ElementD(cutsearch_act::activate<Act>(v));
             }
           }
@@ -185,10 +209,12 @@ class StagedEpilogue : public NoWorkspace<Base> {
 // so rows of any pitch, with the activation fused. CUTLASS's loads C for each element through a
 // volatile load that the element's store waits behind, and its stores wait behind it in turn: on
 // the unaligned layer that chain, not memory, was the epilogue's cost
-// (studies/recorded/h200-2026-11-30-epilogue-profile/). Here C must be the bias, a vector along
-// D's unit-stride mode (zero stride across the other), read through the read-only path: where D
-// is column-major a thread loads its few rows' values before any store, where it is row-major
-// one value a column. Addresses and bounds are computed once a row and once a column.
+// (studies/recorded/h200-2026-11-30-epilogue-profile/). Here C must be the bias: a vector along
+// C's unit-stride mode, the tile's columns or (A and B swapped) its rows, with a zero stride
+// across the other, whichever layout D has (y or y^T). It is read through the read-only path:
+// where it follows the rows a thread loads its few rows' values before any store, where it
+// follows the columns one value a column. Addresses and bounds are computed once a row and once
+// a column.
 namespace cutsearch_direct {
 
 // A 16- or 32-bit value through the non-coherent read-only path, which stores may pass.
@@ -223,11 +249,14 @@ class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
 
   static constexpr bool RowMajor = cute::is_constant<1, decltype(cute::get<1>(StrideD{}))>::value;
   static_assert(RowMajor || cute::is_constant<1, decltype(cute::get<0>(StrideD{}))>::value, "D with a unit stride");
+  // Whether the bias follows the tile's columns (C row-major) or its rows.
+  static constexpr bool BiasCols = cute::is_constant<1, decltype(cute::get<1>(StrideC{}))>::value;
+  static_assert(BiasCols || cute::is_constant<1, decltype(cute::get<0>(StrideC{}))>::value, "C with a unit stride");
 
-  // C, where there is one, must be the bias: constant across D's strided mode.
+  // C, where there is one, must be the bias: constant across C's strided mode.
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.ptr_C == nullptr || int64_t(RowMajor ? cute::get<0>(args.dC) : cute::get<1>(args.dC)) == 0;
+    return args.ptr_C == nullptr || int64_t(BiasCols ? cute::get<0>(args.dC) : cute::get<1>(args.dC)) == 0;
   }
 
   CUTLASS_HOST_DEVICE explicit DirectEpilogue(Params const& params_) : params(params_) {}
@@ -269,10 +298,12 @@ class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
     const int64_t ld = RowMajor ? int64_t(get<0>(params.dD)) : int64_t(get<1>(params.dD));
     ElementD* origin = params.ptr_D + int64_t(l_coord) * int64_t(get<2>(params.dD)) +
                        (RowMajor ? (m0 + r0) * ld + (n0 + c0) : (m0 + r0) + (n0 + c0) * ld);
-    // The bias at this thread's first element, and its stride along D's unit-stride mode.
-    const int64_t cu = RowMajor ? int64_t(get<1>(params.dC)) : int64_t(get<0>(params.dC));
+    // An element's offset from this thread's first, dr rows and dc columns on.
+    auto at = [&](int dr, int dc) { return RowMajor ? int64_t(dr) * ld + dc : dr + int64_t(dc) * ld; };
+    // The bias at this thread's first element, and its stride along C's unit-stride mode.
+    const int64_t cu = BiasCols ? int64_t(get<1>(params.dC)) : int64_t(get<0>(params.dC));
     GmemElementC const* c = source ? params.ptr_C + int64_t(l_coord) * int64_t(get<2>(params.dC)) +
-                                         (RowMajor ? n0 + c0 : m0 + r0) * cu
+                                         (BiasCols ? n0 + c0 : m0 + r0) * cu
                                    : nullptr;
 
     bool row_in[MmaM][2];
@@ -281,7 +312,7 @@ class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) row_in[mm][h] = row(h, mm) < res_m;
     }
-    if constexpr (RowMajor) {
+    if constexpr (BiasCols) {
       // The bias follows the columns: one value a column.
       CUTLASS_PRAGMA_UNROLL
       for (int nn = 0; nn < MmaN; ++nn) {
@@ -297,7 +328,7 @@ class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
               CUTLASS_PRAGMA_UNROLL
               for (int h = 0; h < 2; ++h) {
                 const ElementD v = value(j, h, g, mm, nn, b);
-                if (col_in && row_in[mm][h]) origin[int64_t(row(h, mm) - r0) * ld + dc] = v;
+                if (col_in && row_in[mm][h]) origin[at(row(h, mm) - r0, dc)] = v;
               }
             }
           }
@@ -321,13 +352,13 @@ class DirectEpilogue : public cutsearch_staged::NoWorkspace<Base> {
           for (int j = 0; j < 2; ++j) {
             const int dc = col(j, g, nn) - c0;
             const bool col_in = c0 + dc < res_n;
-            ElementD* column = origin + int64_t(dc) * ld;
+            ElementD* column = origin + at(0, dc);
             CUTLASS_PRAGMA_UNROLL
             for (int mm = 0; mm < MmaM; ++mm) {
               CUTLASS_PRAGMA_UNROLL
               for (int h = 0; h < 2; ++h) {
                 const ElementD v = value(j, h, g, mm, nn, bias[mm][h]);
-                if (col_in && row_in[mm][h]) column[row(h, mm) - r0] = v;
+                if (col_in && row_in[mm][h]) column[at(row(h, mm) - r0, 0)] = v;
               }
             }
           }

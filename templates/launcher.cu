@@ -135,6 +135,14 @@ void set_batch_stride(S& s, int64_t v) {
   if constexpr (batched<S>) cute::get<2>(s) = v;
 }
 
+// C's strides before any C is bound: D's, unless C's layout differs from D's, as it does only
+// where the bias is C and y is y^T (codegen), and the launcher then binds C's own.
+template <class StrideC, class StrideD>
+StrideC unbound_c_stride(StrideD const& dD) {
+  if constexpr (std::is_same_v<StrideC, StrideD>) return dD;
+  else return StrideC{};
+}
+
 }  // namespace cutsearch_impl
 
 using namespace cutsearch_impl;
@@ -295,7 +303,7 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
       cutlass::gemm::GemmUniversalMode::kGemm,
       {h->km, h->kn, h->kk, h->batches},
       {static_cast<ElementA const*>(a), dA, static_cast<ElementB const*>(b), dB},
-      {{}, nullptr, dD, static_cast<ElementD*>(y_eff), dD},
+      {{}, nullptr, unbound_c_stride<typename GemmKernel::StrideC>(dD), static_cast<ElementD*>(y_eff), dD},
       h->hw,
       h->scheduler};
 #if CS_PREFETCH_W
@@ -314,7 +322,8 @@ int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y
   args.epilogue.thread = {{}, {static_cast<ElementD const*>(bias)}, {}};
 #elif CS_BIAS_AS_C
   // No visitor tree (the nosmem epilogue): D = acc + 1 * C, where C is the bias with a zero
-  // stride across y's rows: the leading dimension of row-major D, or of column-major D^T.
+  // stride across y's rows: C is y's layout (codegen), whether D is y or y^T, so the zero is its
+  // leading dimension, row-major or (A and B swapped) column-major.
   using StrideC = typename GemmKernel::StrideC;
   auto dC = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(h->km, h->kn, 1));
   cute::get<CS_SWAP_AB ? 1 : 0>(dC) = 0;

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = [sys.executable, "-m", "cutsearch", "search", "--m", "64", "--n", "64", "--k", "64",
            "--evaluator", "model", "--trials", "5"]
@@ -132,21 +134,44 @@ def test_the_progress_written_to_a_file_is_a_line_per_step():
     ], "one unwrapped line each, before the run ends"
 
 
-def test_a_layer_no_kernel_can_compute_is_not_searched_and_every_view_says_why(tmp_path, private_dirs):
-    """y^T with unaligned rows takes only the epilogues that store elements, and none of them adds
-    a bias along y^T's rows: the search asks for no trial, and the export calls cuBLAS."""
+def test_a_layer_no_kernel_of_the_space_can_compute_is_not_searched_and_every_view_says_why(tmp_path, private_dirs):
+    """A space the caller restricted (the library's `tune(space=...)`): y's unaligned rows, no
+    padding, and only the TMA epilogue and CUTLASS's nosmem one, which fuses no activation. The
+    search asks for no trial, its progress, results, `show` and report say why, and the export
+    calls cuBLAS."""
+    from cutsearch import Layer, Space, tune
+    from cutsearch.report import build_report
+    from cutsearch.workspace import Workspace
+
     studies = private_dirs[0]
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
-    layer = ["--m", "226", "--n", "1000", "--k", "1024", "--bias", "--output", "transposed"]
-    run = subprocess.run([sys.executable, "-m", "cutsearch", "search", *layer, "--evaluator", "model", "--trials", "8",
-                          "--study", "yt"], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    said = "no kernel of cutsearch's space can compute this layer"
-    assert said in run.stderr and "not for y^T" in run.stderr and "space is exhausted" not in run.stdout + run.stderr
-    results = json.loads((studies / "results" / "yt.json").read_text())
-    assert "not for y^T" in results["unserved"]
+    layer = Layer(m=226, n=1001, k=1024, bias=True, activation="relu")
+    space = Space(layer, pad=(False,), schedules=("pingpong/tma/persistent", "pingpong/nosmem/persistent"))
+    events = []
+    result = tune(layer, trials=8, study="restricted", evaluator="model", space=space,
+                  events=lambda name, data: events.append((name, data)))
+    why = "the fused activation (epilogue visitor tree) needs the TMA epilogue"
+    assert why in result.unserved and [d["reason"] for n, d in events if n == "unserved"] == [result.unserved]
+    assert not [n for n, _ in events if n == "trial"]
+    results = json.loads((studies / "results" / "restricted.json").read_text())
+    assert why in results["unserved"]
     assert (results["trials"], results["best"], results["ships"], results["verdict"]) == (0, None, "cuBLAS", None)
-    show = subprocess.run([sys.executable, "-m", "cutsearch", "show", "yt"], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert show.returncode == 0 and said in show.stdout, show.stdout + show.stderr
+    said = "no kernel of the space searched can compute this layer"
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    show = subprocess.run([sys.executable, "-m", "cutsearch", "show", "restricted"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path, "COLUMNS": "300"}, timeout=300)
+    assert show.returncode == 0 and said in show.stdout and why in show.stdout, show.stdout + show.stderr
+    storage = Workspace().storage_url("restricted", None)
+    report = build_report("restricted", storage=storage, out=tmp_path / "report.html").read_text()
+    assert said in report and "No kernel to ship in restricted" in report
+    # The whole space of the same layer holds kernels (direct and staged store y's rows with the activation).
+    assert Space(layer).unserved() is None
+
+
+def test_a_space_for_another_layer_is_a_user_error(private_dirs):
+    from cutsearch import Layer, Space, UserError, tune
+
+    layer = Layer(m=226, n=1001, k=1024)
+    with pytest.raises(UserError, match="another layer"):
+        tune(layer, trials=1, evaluator="model", space=Space(Layer(m=226, n=1001, k=1000)))
+    with pytest.raises(UserError, match="give a space its own stages"):
+        tune(layer, trials=1, evaluator="model", space=Space(layer), all_stages=True)

@@ -206,6 +206,27 @@ def test_nosmem_epilogue_adds_the_bias_as_its_source_c(swap_ab):
     assert macro(_render(layer, coop(pad=True, swap_ab=swap_ab)), "CS_BIAS_AS_C") == 0  # TMA: the visitor tree
 
 
+@pytest.mark.parametrize("epilogue_schedule", ["nosmem", "direct", "staged"])
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["direct", "swapped"])
+def test_the_bias_as_source_c_keeps_y_s_layout_where_d_is_y_transposed(epilogue_schedule, swap_ab):
+    """y^T's rows (M long, here unaligned) are stored element by element. The bias is C with a
+    zero stride across y's rows: C keeps y's layout while D is y^T's, so the zero the launcher
+    sets is a run-time stride (C's other one is a compile-time 1). Plain y keeps C and D alike."""
+    layer = Layer(m=225, n=1001, k=999, bias=True, output="transposed")
+    config = coop(epilogue_schedule=epilogue_schedule, pad=True, swap_ab=swap_ab,
+                  kernel_schedule="pingpong" if epilogue_schedule != "staged" else "cooperative")
+    y_layout, d_layout = ("ColumnMajor", "RowMajor") if swap_ab else ("RowMajor", "ColumnMajor")
+    source = _render(layer, config)
+    assert operands(epilogue(source)) == [("cutlass::half_t", f"cutlass::layout::{y_layout}", 1),
+                                          ("cutlass::half_t", f"cutlass::layout::{d_layout}", 1)]
+    assert macro(source, "CS_BIAS_AS_C") == 1 and macro(source, "CS_Y_TRANSPOSED") == 1
+    plain = _render(dataclasses.replace(layer, output="contiguous"), config)
+    assert operands(epilogue(plain)) == [("cutlass::half_t", f"cutlass::layout::{y_layout}", 1)] * 2
+    # Without a bias nothing is bound as C, and C keeps D's layout as the interface emits it.
+    bare = _render(dataclasses.replace(layer, bias=False), config)
+    assert operands(epilogue(bare)) == [("cutlass::half_t", f"cutlass::layout::{d_layout}", 1)] * 2
+
+
 @pytest.mark.parametrize("schedule", ["cooperative", "pingpong", "ws"])
 @pytest.mark.parametrize("swap_ab", [False, True], ids=["unswapped", "swapped"])
 def test_direct_epilogue_replaces_the_nosmem_one_and_fuses_the_activation(schedule, swap_ab):

@@ -37,14 +37,22 @@ CASES = {
     "x-and-y-padded": (dataclasses.replace(BASE, input="padded", output="padded"), CONFIG),
     "y-transposed-swapped": (dataclasses.replace(BASE, output="transposed"), dataclasses.replace(CONFIG, pad=True, swap_ab=True)),
     "x-padded-y-transposed": (dataclasses.replace(BASE, input="padded", output="transposed"), CONFIG),
-    # y^T with M = 226: its rows are unaligned, so only the epilogues that store elements serve
-    # it, and only without a bias (Space.unserved says so where there is one).
-    "y-transposed-unaligned-direct": (dataclasses.replace(BASE, m=226, bias=False, activation="relu",
-                                                           output="transposed"), DIRECT),
-    "y-transposed-unaligned-staged-swapped": (dataclasses.replace(BASE, m=226, bias=False, output="transposed"),
+    # y^T with M = 226: its rows are unaligned, so only the epilogues that store elements serve it.
+    # The bias, C in y's layout whatever D's, varies along D's strided mode: the direct epilogue
+    # loads it a column (or, swapped, a row), the staged one adds it as it stages the accumulators.
+    "y-transposed-unaligned-direct": (dataclasses.replace(BASE, m=226, activation="relu", output="transposed"), DIRECT),
+    "y-transposed-unaligned-direct-swapped-gelu-f16": (
+        dataclasses.replace(BASE, m=226, dtype="f16", activation="gelu", output="transposed"),
+        dataclasses.replace(DIRECT, tile_m=64, swap_ab=True)),
+    "y-transposed-m1-direct-narrow": (dataclasses.replace(BASE, m=1, n=40, output="transposed"), DIRECT),
+    "y-transposed-unaligned-staged": (dataclasses.replace(BASE, m=226, output="transposed"), STAGED),
+    "y-transposed-unaligned-staged-swapped": (dataclasses.replace(BIAS_ONLY, m=226, output="transposed"),
                                               dataclasses.replace(STAGED, swap_ab=True)),
-    "y-transposed-unaligned-nosmem": (dataclasses.replace(BASE, m=226, bias=False, activation="none",
-                                                           output="transposed"), NOSMEM),
+    "y-transposed-unaligned-nosmem": (dataclasses.replace(BIAS_ONLY, m=226, output="transposed"), NOSMEM),
+    "y-transposed-unaligned-nosmem-swapped": (dataclasses.replace(BIAS_ONLY, m=226, output="transposed"),
+                                              dataclasses.replace(NOSMEM, swap_ab=True)),
+    "y-transposed-unaligned-nosmem-no-bias": (dataclasses.replace(BIAS_ONLY, m=226, bias=False, output="transposed"),
+                                              NOSMEM),
     # The nosmem epilogue stores y's unaligned rows itself, the bias added as a zero-stride C.
     "y-stored-unaligned": (BIAS_ONLY, NOSMEM),
     "y-stored-unaligned-swapped": (BIAS_ONLY, dataclasses.replace(NOSMEM, swap_ab=True)),

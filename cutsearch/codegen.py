@@ -365,8 +365,8 @@ def _wrapped_mainloop(kernel: str, config: Config) -> str:
 
 def _bias_layout(kernel: str, config: Config) -> str:
     """Give C, the bias, the layout of y's D whatever the caller's y: row-major, or column-major
-    when A and B swap. The interface gives C the layout of D, and D of y^T fixes C's unit stride
-    along y's rows, where the bias needs the zero stride (the launcher sets it)."""
+    when A and B swap. The interface gives C the layout of D, and D of y^T would fix C's stride
+    across y's rows at a compile-time 1, where the bias needs the zero that the launcher sets."""
     layout = "ColumnMajor" if config.swap_ab else "RowMajor"
     # The epilogue builder's arguments: ..., ElementAccumulator, ElementCompute, ElementC, LayoutC, ...
     pattern = re.compile(r"(epilogue::collective::CollectiveBuilder<.*?float,\s*float,\s*[\w:]+,\s*)"

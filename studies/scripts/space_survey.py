@@ -2,6 +2,7 @@
 no GPU needed.
 
     python studies/scripts/space_survey.py OUT.json --seed SEED [--layers 40] [--per-layer 3] [--jobs J] [--all-stages]
+        [--output contiguous|padded|transposed] [--bias] [--epilogues nosmem,staged,direct]
 
 The searches measure the cost model's favourites, so a corner of the space they never reach
 could fail to build, or spill, on a layer nobody has tried. Here the layers are drawn as
@@ -11,18 +12,22 @@ space, split-K included wherever the layer allows it (a layer whose space is emp
 `Space.unserved` says why). Each is rendered and built as the search would, and ptxas's report is
 recorded: a failure, a spill or serialized WGMMA is a defect of the space's rules. Builds run
 through a fresh compile cache, so every one is real. `--all-stages` draws from the space that
-`cutsearch search --all-stages` searches: explicit stage counts too.
+`cutsearch search --all-stages` searches: explicit stage counts too. `--output`, `--bias` and
+`--epilogues` survey one corner: every layer with that output layout, a bias, and configs with
+those epilogues only (layers whose space holds none are drawn again).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 from random_layers import draw
 
@@ -35,15 +40,14 @@ from cutsearch.space import DEFAULT_STAGES, STAGES, Space
 DISTRIBUTIONS = ("drawn", "models", "heads")
 
 
-def layers(rng: random.Random, count: int) -> list[Layer]:
-    out = []
-    while len(out) < count:
-        d = draw(rng, DISTRIBUTIONS[len(out) % len(DISTRIBUTIONS)])
+def layers(rng: random.Random, *, output: str | None = None, bias: bool = False) -> Iterator[Layer]:
+    """Layers drawn without end, the three distributions in turn."""
+    for i in itertools.count():
+        d = draw(rng, DISTRIBUTIONS[i % len(DISTRIBUTIONS)])
         layout = {"input": rng.choice(["contiguous", "contiguous", "padded"]),
-                  "output": rng.choice(["contiguous", "contiguous", "padded", "transposed"])}
-        out.append(Layer(m=d["M"], n=d["N"], k=d["K"], dtype=d["dtype"], bias=d["bias"], activation=d["activation"],
-                         **layout))
-    return out
+                  "output": output or rng.choice(["contiguous", "contiguous", "padded", "transposed"])}
+        yield Layer(m=d["M"], n=d["N"], k=d["K"], dtype=d["dtype"], bias=bias or d["bias"],
+                    activation=d["activation"], **layout)
 
 
 def main() -> None:
@@ -54,11 +58,20 @@ def main() -> None:
     parser.add_argument("--per-layer", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--all-stages", action="store_true")
+    parser.add_argument("--output", choices=("contiguous", "padded", "transposed"))
+    parser.add_argument("--bias", action="store_true")
+    parser.add_argument("--epilogues", type=lambda v: tuple(v.split(",")), help="comma-separated epilogue schedules")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    pairs = []
-    for layer in layers(rng, args.layers):
-        space = list(Space(layer, split_k=(False, True), stages=STAGES if args.all_stages else DEFAULT_STAGES))
+    pairs, drawn = [], 0
+    for layer in layers(rng, output=args.output, bias=args.bias):
+        if drawn == args.layers:
+            break
+        space = [c for c in Space(layer, split_k=(False, True), stages=STAGES if args.all_stages else DEFAULT_STAGES)
+                 if args.epilogues is None or c.epilogue_schedule in args.epilogues]
+        if args.epilogues is not None and not space:
+            continue
+        drawn += 1
         pairs += [(layer, config) for config in rng.sample(space, min(args.per_layer, len(space)))]
 
     records: list[dict] = []

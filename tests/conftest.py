@@ -2,16 +2,19 @@
 
 Every test runs with $CUTSEARCH_STUDIES and $CUTSEARCH_CACHE pointed at its own temporary
 directories, so no test reads or writes the user's studies or kernel cache (subprocesses
-inherit them). Tests marked `gpu` run only where torch sees a Hopper GPU; tests marked
-`nvcc` only where a CUDA toolkit is installed. Both checks run once, lazily, so CI without
+inherit them). The kernels the tests build themselves go to a fresh directory too, or to
+$CUTSEARCH_TEST_KERNELS where set (`kernel_cache`). Tests marked `gpu` run only where torch
+sees a Hopper GPU; tests marked `nvcc` only where a CUDA toolkit is installed. Both checks run once, lazily, so CI without
 torch or CUDA collects and skips cleanly.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +71,13 @@ def private_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("CUTSEARCH_STUDIES", str(studies))
     monkeypatch.setenv("CUTSEARCH_CACHE", str(cache))
     return studies, cache
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory) -> Path:
+    """The cache of the kernels the tests build themselves: $CUTSEARCH_TEST_KERNELS where set, so
+    that a second run, or one on a GPU machine given builds made without a GPU, compiles nothing
+    again (the keys hash the source and the toolchain, so an entry built otherwise is never hit);
+    else a fresh directory."""
+    shared = os.environ.get("CUTSEARCH_TEST_KERNELS")
+    return Path(shared) if shared else tmp_path_factory.mktemp("kernels")

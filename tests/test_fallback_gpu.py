@@ -9,8 +9,6 @@ machines have; without a GPU these tests skip.
 from __future__ import annotations
 
 import ctypes
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -34,10 +32,10 @@ LAYERS = {
 
 
 @pytest.fixture(scope="module")
-def libraries():
+def libraries(kernel_cache):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    compiler = Compiler(Cache(Path(tempfile.mkdtemp())), Toolchain.find(cutlass_version()), jobs=4)
+    compiler = Compiler(Cache(kernel_cache), Toolchain.find(cutlass_version()), jobs=4)
     built = dict(compiler.compile_many((name, render_fallback(layer)) for name, layer in LAYERS.items()))
     for name, result in built.items():
         assert isinstance(result, CompiledKernel), (name, result)

@@ -38,9 +38,9 @@ LAYER = Layer(m=256, n=512, k=320)  # f16: the fault kernels read and write __ha
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, CompiledKernel | Failure]:
-    """Every fault variant, compiled in parallel by the real Compiler into a private cache."""
-    compiler = Compiler(Cache(tmp_path_factory.mktemp("kernels")), Toolchain.find("fault-template"))
+def built(kernel_cache) -> dict[str, CompiledKernel | Failure]:
+    """Every fault variant, compiled in parallel by the real Compiler into the tests' cache."""
+    compiler = Compiler(Cache(kernel_cache), Toolchain.find("fault-template"))
     return dict(compiler.compile_many((fault, fault_source(fault)) for fault in FAULTS))
 
 

@@ -202,10 +202,10 @@ CASES.update(OWN_COPY_CASES)
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, CompiledKernel]:
+def built(kernel_cache) -> dict[str, CompiledKernel]:
     for layer, config in CASES.values():
         assert invalid_reason(layer, config) is None
-    compiler = Compiler(Cache(tmp_path_factory.mktemp("kernels")), Toolchain.find(cutlass_version()))
+    compiler = Compiler(Cache(kernel_cache), Toolchain.find(cutlass_version()))
     sources = ((name, render(layer, config)) for name, (layer, config) in CASES.items())
     return dict(compiler.compile_many(sources))
 

@@ -29,8 +29,8 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory) -> CompiledKernel:
-    return build_harness(HARNESS, tmp_path_factory.mktemp("kernels"))
+def harness(kernel_cache) -> CompiledKernel:
+    return build_harness(HARNESS, kernel_cache)
 
 
 def lanes_of(harness):

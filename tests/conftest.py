@@ -4,8 +4,8 @@ Every test runs with $CUTSEARCH_STUDIES and $CUTSEARCH_CACHE pointed at its own 
 directories, so no test reads or writes the user's studies or kernel cache (subprocesses
 inherit them). The kernels the tests build themselves go to a fresh directory too, or to
 $CUTSEARCH_TEST_KERNELS where set (`kernel_cache`). Tests marked `gpu` run only where torch
-sees a Hopper GPU; tests marked `nvcc` only where a CUDA toolkit is installed. Both checks run once, lazily, so CI without
-torch or CUDA collects and skips cleanly.
+sees a Hopper GPU; tests marked `nvcc` only where a CUDA toolkit is installed. Both checks run
+once, lazily, so CI without torch or CUDA collects and skips cleanly.
 """
 
 from __future__ import annotations

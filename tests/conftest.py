@@ -2,10 +2,10 @@
 
 Every test runs with $CUTSEARCH_STUDIES and $CUTSEARCH_CACHE pointed at its own temporary
 directories, so no test reads or writes the user's studies or kernel cache (subprocesses
-inherit them). The kernels the tests build themselves go to a fresh directory too, or to
-$CUTSEARCH_TEST_KERNELS where set (`kernel_cache`). Tests marked `gpu` run only where torch
-sees a Hopper GPU; tests marked `nvcc` only where a CUDA toolkit is installed. Both checks run
-once, lazily, so CI without torch or CUDA collects and skips cleanly.
+inherit them). The kernels that tests build directly, not through a search, go to a fresh
+directory too, or to $CUTSEARCH_TEST_KERNELS where set (`kernel_cache`). Tests marked `gpu`
+run only where torch sees a Hopper GPU; tests marked `nvcc` only where a CUDA toolkit is
+installed. Both checks run once, lazily, so CI without torch or CUDA collects and skips cleanly.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def private_dirs(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def kernel_cache(tmp_path_factory) -> Path:
-    """The cache of the kernels the tests build themselves: $CUTSEARCH_TEST_KERNELS where set, so
+    """The cache of the kernels tests build directly: $CUTSEARCH_TEST_KERNELS where set, so
     that a second run, or one on a GPU machine given builds made without a GPU, compiles nothing
     again (the keys hash the source and the toolchain, so an entry built otherwise is never hit);
     else a fresh directory."""

@@ -2,8 +2,9 @@
 DRAM's bandwidth (the shared feed, in cutsearch/model.py) than with one feed rate an SM? On
 recorded H200 measurements only, with both constant sets, each as it is and as it was (every SM
 at its old rate, whatever the count of CTAs):
-- the search batches recorded on 2026-12-02 and 2026-12-03, those of 2026-12-04, and every
-  recording (each with 8 measured configs or more), and the recordings CALIBRATED was fitted to;
+- the search batches recorded on 2026-12-02 and 2026-12-03, those of 2026-12-04, those of
+  2026-12-05 (searched on the change, so held out from it), and every recording (each with 8
+  measured configs or more), and the recordings CALIBRATED was fitted to;
 - every pair of configs that differ only in swapping A and B, measured in one run more than 2%
   apart: how often the model orders the pair as measured;
 - the five exhaustive recordings, which measured the whole default space of their day: the model's
@@ -49,6 +50,11 @@ def later() -> list[Recording]:
     return [r for name in LATER for r in batches(f"h200-2026-12-04-{name}/*.json")]
 
 
+def held_out() -> list[Recording]:
+    """The search batches recorded after the change, on its first batches."""
+    return batches("h200-2026-12-05-*/*.json")
+
+
 def every() -> list[Recording]:
     return batches("*/*.json") + batches("*/*/*.json")
 
@@ -91,6 +97,7 @@ def main() -> None:
     recordings = every()
     fitted_on = json.loads((RECORDED.parent / "model-calibration.json").read_text())["recordings"]
     sets = {"2026-12-02/03": calibration.points(earlier()), "2026-12-04": calibration.points(later()),
+            "2026-12-05 (held out)": calibration.points(held_out()),
             "all": calibration.points(recordings),
             "CALIBRATED's own": calibration.points(load_recordings(RECORDED.parents[1] / r["recording"] for r in fitted_on))}
     pairs = swap_pairs(recordings)

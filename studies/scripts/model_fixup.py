@@ -6,7 +6,7 @@ fixup term (model.FIXUP_SPLIT_US and the launch it saves) and without it.
     python studies/scripts/model_fixup.py [--per-byte]
 
 With --per-byte it tries the fixup priced by the bytes of its partials instead of by the slice
-(µs per MB, least squares over the pairs): the pairs it orders as measured, with each recording's
+(µs per MB, least squares over the pairs, with DEFAULT): the pairs it orders as measured, with each recording's
 pairs left out of the fit in turn, on the searches recorded since (HELD_OUT), and what it does to
 the model's order of every recorded search batch (model_shared_feed's sets).
 """

@@ -15,7 +15,8 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 what=$1; shift
 case "$what" in
-  tests) python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 "$@" > "$OUT/gpu-tests.log" 2>&1
+  tests) # --durations: where a device call's minutes go, to split the files across calls
+         python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 --durations 15 "$@" > "$OUT/gpu-tests.log" 2>&1
          tail -25 "$OUT/gpu-tests.log" ;;
   suite) python3 -m cutsearch build studies/suite.toml --top "${TOP:-8}" --jobs "$(nproc)" > "$OUT/build.log" 2>&1
          tail -1 "$OUT/build.log"

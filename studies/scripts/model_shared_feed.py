@@ -4,7 +4,8 @@ recorded H200 measurements only, with both constant sets, each as it is and as i
 at its old rate, whatever the count of CTAs):
 - the search batches recorded on 2026-12-02 and 2026-12-03, those of 2026-12-04, those of
   2026-12-05 (searched on the change, so held out from it), and every recording (each with 8
-  measured configs or more), and the recordings CALIBRATED was fitted to;
+  measured configs or more), and the recordings CALIBRATED was fitted to; apart, the batches
+  recorded on an H100, where the constants were not measured;
 - every pair of configs that differ only in swapping A and B, measured in one run more than 2%
   apart: how often the model orders the pair as measured;
 - the five exhaustive recordings, which measured the whole default space of their day: the model's
@@ -55,8 +56,14 @@ def held_out() -> list[Recording]:
     return batches("h200-2026-12-05-*/*.json")
 
 
+def other_card() -> list[Recording]:
+    """Search batches recorded on an H100: how far the H200's constants carry to another card."""
+    return batches("h100*/*.json")
+
+
 def every() -> list[Recording]:
-    return batches("*/*.json") + batches("*/*/*.json")
+    """Every H200 recording: the model's constants are the H200's."""
+    return batches("h200*/*.json") + batches("h200*/*/*.json")
 
 
 def swap_pairs(recordings: list[Recording]) -> list[tuple[Layer, Config, Config, float]]:
@@ -98,7 +105,7 @@ def main() -> None:
     fitted_on = json.loads((RECORDED.parent / "model-calibration.json").read_text())["recordings"]
     sets = {"2026-12-02/03": calibration.points(earlier()), "2026-12-04": calibration.points(later()),
             "2026-12-05 (held out)": calibration.points(held_out()),
-            "all": calibration.points(recordings),
+            "all": calibration.points(recordings), "H100 (other card)": calibration.points(other_card()),
             "CALIBRATED's own": calibration.points(load_recordings(RECORDED.parents[1] / r["recording"] for r in fitted_on))}
     pairs = swap_pairs(recordings)
     exhaust = {r.layer.shape: calibration.points([r]) for r in exhaustive()}

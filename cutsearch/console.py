@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cutsearch.problem import Layer
+from cutsearch.problem import Layer, floor_note
 from cutsearch.space import Config, kernel_problem, unserved_line
 
 if TYPE_CHECKING:  # report imports optuna: only `show` needs it, so it is imported there
@@ -147,8 +147,9 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
         table.add_row(f"  with {name}" if name != "kernel only" else "  with x and y padded",
                       _us(us) + (f" ({s['cublas_us'] / us:.2f}x)" if s.get("cublas_us") else "")
                       + (f"; x at split-K's pitch of {pitch}, not --input padded's" if pitch else ""))
-    table.add_row("roofline floor", f"{s['floor_us']:.1f} µs"
-                  + ("" if not s["fraction_of_floor"] else f" ({100 * s['fraction_of_floor']:.0f}% reached)"))
+    notes = [f"{100 * s['fraction_of_floor']:.0f}% reached"] if s["fraction_of_floor"] else []
+    notes += [note] if (note := floor_note(s.get("gpu"))) else []
+    table.add_row("roofline floor", f"{s['floor_us']:.1f} µs" + (f" ({'; '.join(notes)})" if notes else ""))
     if s.get("floor_with_launch_us"):
         # No call beats an empty kernel plus its bytes at peak: the most any kernel could gain.
         bound = f"; at most {s['cublas_us'] / s['floor_with_launch_us']:.2f}x" if s.get("cublas_us") else ""

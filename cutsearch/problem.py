@@ -22,8 +22,15 @@ BYTES = {"f16": 2, "bf16": 2}
 # Ceilings measured on the H200 (shared measurement protocol): bf16 dense matmul, D2D copy.
 PEAK_FLOPS = 790e12
 PEAK_BYTES_PER_S = 4.3e12
+PEAKS_GPU = "H200"
 # Device memory one layer may need (x, W, y, padding), far below an H200's 141 GB.
 MAX_LAYER_BYTES = 64 * 2**30
+
+
+def floor_note(gpu: str | None) -> str:
+    """What a floor shown beside times measured on `gpu` must add: whose peaks it assumes, where
+    those are another GPU's (an H100 has less memory bandwidth, so its floors are higher)."""
+    return f"at the {PEAKS_GPU}'s peaks" if gpu and PEAKS_GPU not in gpu else ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

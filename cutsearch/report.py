@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cutsearch import persist
 from cutsearch.errors import UserError
-from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer
+from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer, floor_note
 from cutsearch.verdict import TrialRecord, Verdict, judge
 from cutsearch.space import Config, unserved_line
 from cutsearch.storage import load_study
@@ -415,8 +415,9 @@ def _header(d: Digest) -> str:
         ("speedup", speedup),
         *([("cuBLASLt, ReLU fused", f"{d.verdict.fallback_us:.1f} µs in the race (the fallback's library)"
             + ("; the export ships it" if d.verdict.fallback_wins else ""))] if d.verdict.fallback_us else []),
-        ("roofline floor", f"{layer.floor_us:.1f} µs" + (f", {100 * d.fraction_of_floor:.0f}% reached"
-                                                           if d.fraction_of_floor else "")),
+        ("roofline floor", ", ".join([f"{layer.floor_us:.1f} µs",
+                                      *([f"{100 * d.fraction_of_floor:.0f}% reached"] if d.fraction_of_floor else []),
+                                      *([note] if (note := floor_note(d.gpu)) else [])])),
         *([("measured on", d.gpu)] if d.gpu else []),
         ("trials", f"{d.trials} ({len(d.measured)} completed, {len(d.failed)} failed"
                    + (f", {d.pending} pending" if d.pending else "") + ")"),

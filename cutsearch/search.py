@@ -55,6 +55,7 @@ class SearchResult:
     source: str  # "measured", "recorded" or "predicted"
     batch: int = 0  # trials asked at a time: with the seed, what makes a run repeatable
     unserved: str | None = None  # why no config of the space can compute the layer
+    gpu: str | None = None  # the GPU model the study measures on, where one does
 
     @property
     def best(self) -> TrialRecord | None:
@@ -421,7 +422,7 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     return SearchResult(study_name=study_name, layer=layer, verdict=judge(records(study), study.user_attrs.get("race")),
                         trials=len(finished), new_trials=run.new_trials, new_compiles=run.new_compiles,
                         failures=dict(failures), wall_s=time.monotonic() - start, source=evaluator.source,
-                        batch=batch, unserved=unserved)
+                        batch=batch, unserved=unserved, gpu=study.user_attrs.get("gpu"))
 
 
 def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, events: Events | None) -> None:

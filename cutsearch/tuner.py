@@ -290,7 +290,7 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
         "study": result.study_name,
         "layer": layer.to_dict(),
         "source": result.source,
-        "gpu": (tc.gpu or {}).get("name"),
+        "gpu": (tc.gpu or {}).get("name") or result.gpu,
         "best_us": best.median_us if best else None,
         "cublas_us": result.cublas_us,
         "speedup": result.speedup,

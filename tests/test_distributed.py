@@ -170,7 +170,9 @@ def test_a_host_with_another_gpu_cannot_join_a_study(storage, monkeypatch):
         held = optuna.load_study(study_name=study, storage=open_storage(url))
         assert sum(map(counts, held.get_trials(deepcopy=False))) == 2  # the H100 added nothing
         assert held.user_attrs["gpu"] == "NVIDIA H200 (fake)"
-        assert tune_on("NVIDIA H200 (fake)", 4).trials == 4  # the same GPU model resumes it
+        again = tune_on("NVIDIA H200 (fake)", 4)
+        assert again.trials == 4 and again.gpu == "NVIDIA H200 (fake)"  # the same GPU model resumes it
+        assert tuner.summary(again)["gpu"] == "NVIDIA H200 (fake)"  # as the CLI prints it, with no toolchain
         console = Console(record=True, width=200)
         print_study(console, study, storage=url)
         lines = console.export_text().splitlines()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import shutil
 from pathlib import Path
 
@@ -72,6 +73,17 @@ def test_report_is_one_self_contained_html_file(tmp_path):
     assert "70.9 µs (trial 2, 128x128x128_c1x1_pingpong_tma_s0_persistent)" in page
     assert "66.6 µs (lower of the run beside the best and the median of 4 runs)" in page
     assert "75% reached" in page
+
+
+@pytest.mark.parametrize("recording, study, floor", [
+    ("h100-2026-12-05-random14-17/journals/r14_0", "r14_0", "0.0 µs, 1% reached, at the H200&#x27;s peaks"),
+    ("h200-2026-12-05-reruns/journals/draw5_0", "draw5_0_d5", "0.6 µs, 7% reached</td>")])
+def test_the_report_says_whose_peaks_a_floor_assumes_beside_another_gpus_times(tmp_path, recording, study, floor):
+    """Recorded on an H100 and on an H200: the floor uses the H200's peaks, and says so beside the H100's."""
+    journal = tmp_path / "journal.log"
+    journal.write_bytes(gzip.decompress((ROOT / "studies" / "recorded" / f"{recording}.journal.log.gz").read_bytes()))
+    page = build_report(study, storage=str(journal), out=tmp_path / "report.html").read_text()
+    assert floor in page
 
 
 def test_report_shows_failures_by_kind_with_their_message(tmp_path):

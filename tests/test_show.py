@@ -169,6 +169,21 @@ def test_summary_shows_the_floor_with_a_launch_as_the_most_any_kernel_could_gain
     assert "empty kernel 4.6 µs" in buffer.getvalue()
 
 
+@pytest.mark.parametrize("gpu, says", [("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", False), (None, False)])
+def test_a_floor_beside_another_gpus_times_says_whose_peaks_it_assumes(gpu, says):
+    """The floors use the H200's peaks; an H100 has less bandwidth, so its floors are higher."""
+    from cutsearch.console import print_summary
+
+    summary = {"study": "s", "layer": {"M": 2, "N": 427, "K": 240, "dtype": "f16", "bias": True, "activation": "none"},
+               "best_us": 6.3, "cublas_us": 7.8, "speedup": 1.23, "floor_us": 0.05, "fraction_of_floor": 0.01,
+               "trials": 1, "new_trials": 1, "new_compiles": 1, "failures": {}, "wall_s": 1.0, "cublas_wins": False,
+               "best": None, "gpu": gpu}
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=160), summary)
+    assert "0.1 µs (1% reached" in buffer.getvalue()
+    assert ("1% reached; at the H200's peaks)" in buffer.getvalue()) == says
+
+
 def test_a_grid_winner_is_described_without_raster_or_swizzle():
     """A ws kernel launches a CTA per tile, with no scheduler whose order the knobs would set."""
     from cutsearch.console import _config_line

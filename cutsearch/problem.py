@@ -29,7 +29,7 @@ MAX_LAYER_BYTES = 64 * 2**30
 
 def floor_note(gpu: str | None) -> str:
     """What a floor shown beside times measured on `gpu` must add: whose peaks it assumes, where
-    those are another GPU's (an H100 has less memory bandwidth, so its floors are higher)."""
+    those are another GPU's (an H100 has less memory bandwidth: its memory-bound floors are higher)."""
     return f"at the {PEAKS_GPU}'s peaks" if gpu and PEAKS_GPU not in gpu else ""
 
 

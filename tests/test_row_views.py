@@ -207,3 +207,22 @@ def test_a_visitor_tree_gets_a_batch_stride_for_d_only_where_views_exist():
     assert "using StrideD = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;" in without
     assert "using StrideD = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;" in one_row
     assert "#define CS_Y_TRANSPOSED 0" in with_views
+
+
+def test_the_x_copy_gap_script_reports_what_the_copy_of_x_still_costs():
+    """Recorded data (H200 from 2026-12-03 on, and the H100 batches of 2026-12-05): where P does
+    not divide M, x is copied on every call, and its kernel was a median 2.50 µs (H200) and 3.30
+    µs (H100) faster with x handed over padded. FINDINGS quotes these lines."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = {gpu: subprocess.run([sys.executable, str(root / "studies" / "scripts" / "x_copy_gap.py"), "--gpu", gpu],
+                               capture_output=True, text=True, timeout=120, check=True, env=env).stdout
+           for gpu in ("H200", "H100")}
+    assert "P does not divide M: 15 recordings, gap median 2.50 µs (-1.18 to 5.95)" in out["H200"]
+    assert "P divides M: 2 recordings" in out["H200"]
+    assert "P does not divide M: 8 recordings, gap median 3.30 µs (1.23 to 8.93)" in out["H100"]
+    assert "P divides M" not in out["H100"]

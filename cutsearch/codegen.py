@@ -253,7 +253,7 @@ def render(layer: Layer, config: Config) -> KernelSource:
                            bias_as_c=int(bias_as_c), gdc=int(gdc), gdc_define=_GDC_DEFINE if gdc else "",
                            mma_define=_EXTENDED_MMA_DEFINE if extended_mma(config) else "",
                            split_k=(2 if fixup else 1) if config.split_k else 0,
-                           split_act=ACTIVATIONS[layer.activation], split_bias=int(layer.bias),
+                           layer_act=ACTIVATIONS[layer.activation], layer_bias=int(layer.bias),
                            y_transposed=int(layer.output == "transposed"))
     # Named by content: equal kernels share a name, different ones can share a translation unit.
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
@@ -402,12 +402,13 @@ def render_fallback(layer: Layer) -> KernelSource:
 
 
 def copy_kernels() -> str:
-    """The activations, and the per-call pad/unpad and split-K reduction kernels, inlined so
-    that a kernel's source stands alone."""
+    """The activations, and the per-call pad/unpad, split-K reduction and views' tail kernels,
+    inlined so that a kernel's source stands alone."""
     copy = (TEMPLATES / "copy.cuh").read_text()
     reduce = (TEMPLATES / "reduce.cuh").read_text()
+    tail = (TEMPLATES / "tail.cuh").read_text()
     return "\n".join((activations(), copy[copy.index("// Per-call layout copy"):],
-                      reduce[reduce.index("// Split-K reduction"):]))
+                      reduce[reduce.index("// Split-K reduction"):], tail[tail.index("// The rows of x past"):]))
 
 
 def abi_checks() -> str:

@@ -146,7 +146,7 @@ def _simt_store_us(layer: Layer, config: Config, kp: KernelProblem, batches: int
 def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowViews | None, splits: int,
                  coeff: Coefficients) -> list[float]:
     """What a call adds around the GEMM, term by term: copies, workspace resets, a second kernel,
-    W's extra reads, and the persistent scheduler a grid saves."""
+    W's extra reads (and the views' tail), and the persistent scheduler a grid saves."""
     e = BYTES[layer.dtype]
     terms = []
     # A pitched copy reads and writes its bytes once. A caller's padded buffers need none.
@@ -166,6 +166,8 @@ def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowView
     if views is not None:
         # Part of reading W's extra copies is not hidden under the mainloop.
         terms.append(VIEWS_UNHIDDEN * (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6)
+        if views.tail:  # a second kernel, which reads W once more
+            terms.append(coeff.copy_overhead_us + kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6)
     if config.tile_scheduler == "grid":
         terms.append(-GRID_SAVING_US)
     return terms

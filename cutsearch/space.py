@@ -411,10 +411,11 @@ def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
                 if config.split_k else [Knobs()])
     if views_apply(layer, config):
         grid += [dataclasses.replace(k, views=1) for k in grid]
-    # Launch overlap matters only between kernels of one call: a copy or the split-K reduction
-    # kernel, and the GEMM.
+    # Launch overlap matters only between kernels of one call: a copy, the split-K reduction
+    # kernel or the views' tail, and the GEMM.
     reduces = config.split_k and config.epilogue_schedule != "fixup"
-    grid += [dataclasses.replace(k, pdl=1) for k in grid if copies(layer, kp, k) or reduces]
+    tail = (views := row_views(layer)) is not None and views.tail > 0
+    grid += [dataclasses.replace(k, pdl=1) for k in grid if copies(layer, kp, k) or reduces or (k.views and tail)]
     # The GEMM waits for the copy of x only where it is launched early, and only kernels without a
     # workspace of their own are (stream-K's and the fixup's counters are reset in between).
     waits = config.tile_scheduler != "streamk" and config.epilogue_schedule != "fixup"
@@ -486,7 +487,9 @@ class RowViews:
     head behind. W' holds P copies of W, copy i shifted right by s_i with zeros around it, so
     view i times W'_i is exactly rows i, i + P, ... of x @ W^T (the neighbours' elements meet
     zeros; x must be finite). The kernel runs the P views as a batch of M / P rows each, with
-    K' = K + (P - 1) q, a vector multiple, so the last view's last row ends where x ends.
+    K' = K + (P - 1) q, a vector multiple, so the last view's last row ends where P * (M / P)
+    rows of x end. Where P does not divide M, a second kernel computes the last M mod P rows
+    (the tail) against copy 0 of W', which is W itself at pitch K' (templates/tail.cuh).
 
     Where M = 1, x's one row has no pitch to align: one view, K' = K, against W as it is. The
     kernel's K stops where x ends and TMA fills the rest of the last k-block with zeros, so
@@ -496,6 +499,7 @@ class RowViews:
     count: int   # P: views, the batch of the kernel
     shift: int   # q: each view's rows start q elements further right than the previous view's
     k: int       # K': the kernel's K, W' rows
+    tail: int = 0  # M mod P: x's last rows, computed beside the views' batch
 
     def shifts(self) -> tuple[int, ...]:
         return tuple(i * self.shift for i in range(self.count))
@@ -503,7 +507,7 @@ class RowViews:
 
 def row_views(layer: Layer) -> RowViews | None:
     """The views that read this layer's x in place, or None where its rows are aligned, x comes
-    padded, y is y^T (a view's rows of y^T are not unit-stride), or P does not divide M > 1."""
+    padded, y is y^T (a view's rows of y^T are not unit-stride), or 1 < M < P (no whole view)."""
     vec = 16 // BYTES[layer.dtype]
     q = layer.k % vec
     if not q or layer.input != "contiguous" or layer.output == "transposed":
@@ -511,9 +515,9 @@ def row_views(layer: Layer) -> RowViews | None:
     if layer.m == 1:
         return RowViews(count=1, shift=q, k=layer.k)
     count = vec // math.gcd(layer.k, vec)
-    if layer.m % count:
+    if layer.m < count:
         return None
-    return RowViews(count=count, shift=q, k=layer.k + (count - 1) * q)
+    return RowViews(count=count, shift=q, k=layer.k + (count - 1) * q, tail=layer.m % count)
 
 
 def transforms(layer: Layer, config: Config, knobs: dict[str, int]) -> dict[str, Any]:
@@ -534,7 +538,8 @@ def applied_views(layer: Layer, config: Config, requested: bool) -> RowViews | N
 def views_apply(layer: Layer, config: Config) -> bool:
     """Whether the views may replace this config's copy of x: not under split-K's batch, and
     only where reading W's extra copies could take at most VIEWS_MAX_COST times as long as the
-    copy (its launch, and its bytes read and written once), at the H200's bandwidth."""
+    copy (its launch, and its bytes read and written once), at the H200's bandwidth. With a
+    tail, its launch and its read of W count too, against TAIL_MAX_COST."""
     kp = kernel_problem(layer, config)
     views = row_views(layer)
     if kp.pad_k == layer.k or config.split_k or views is None:
@@ -542,10 +547,17 @@ def views_apply(layer: Layer, config: Config) -> bool:
     e = BYTES[layer.dtype]
     extra_us = (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6
     copy_us = COPY_LAUNCH_US + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6
+    if views.tail:
+        extra_us += COPY_LAUNCH_US + kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6
+        return extra_us <= TAIL_MAX_COST * copy_us
     return extra_us <= VIEWS_MAX_COST * copy_us
 
 
 VIEWS_MAX_COST = 4
+# On an H100, in one run, the views with a tail beat the copy of x on the two layers of six where
+# this ratio was 0.79 and 1.05 (by 2.3-2.9 µs), and lost by 6-16 µs where it was 1.10-2.39: the
+# line lies between (studies/recorded/h100-2026-12-05-view-tails/).
+TAIL_MAX_COST = 1.075
 COPY_LAUNCH_US = 2.0  # a copy kernel's launch and drain beside the GEMM (the model's copy_overhead_us)
 
 

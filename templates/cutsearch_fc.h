@@ -43,12 +43,13 @@ const char* cs_kernel_name(void);
    from CUTSEARCH_FC_M (correct, but not tuned for it). */
 /* io: CS_IO_X_PADDED when x arrives with row pitch pad_k (padding columns finite),
    CS_IO_Y_PADDED when y may be written with row pitch pad_n, CS_IO_PDL to overlap the call's
-   copies and GEMM (programmatic dependent launch), CS_IO_X_VIEWS to read an x whose rows are
-   not 16-byte aligned in place instead of copying it (x 16-byte aligned and finite: a
-   non-finite element also reaches its neighbouring rows; the first cs_run after cs_bind builds
-   shifted copies of W in the workspace, and x is copied where the views' count does not divide
-   m; where m is 1, its one row is read up to k and W as it is), CS_IO_W_PREFETCH (with
-   CS_IO_PDL, where x is copied) for the GEMM to pull W into L2 while it waits for the copy,
+   kernels, copies, GEMM and the views' tail (programmatic dependent launch), CS_IO_X_VIEWS to
+   read an x whose rows are not 16-byte aligned in place instead of copying it (x 16-byte
+   aligned and finite: a non-finite element also reaches its neighbouring rows; the first cs_run
+   after cs_bind builds shifted copies of W in the workspace; where the views' count P does not
+   divide m, a second kernel computes the last m mod P rows, and where 1 < m < P, x is copied;
+   where m is 1, its one row is read up to k and W as it is), CS_IO_W_PREFETCH (with CS_IO_PDL,
+   where x is copied) for the GEMM to pull W into L2 while it waits for the copy,
    CS_IO_X_OWN_COPY (where x is copied) for the GEMM to copy x itself, with no copy kernel
    (ignored by kernels not built for it). CUTSEARCH_FC_IO is what the search chose. */
 #define CS_IO_X_PADDED 1

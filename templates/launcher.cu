@@ -16,10 +16,12 @@
 //                (programmatic dependent launch); each waits for the writes it reads.
 //   CS_IO_X_VIEWS : instead of copying x (pad_k > K), read it in place as P row views, a batch
 //                of M / P rows each, against P shifted copies of W that the first call after
-//                binding builds in the workspace (cutsearch.space.RowViews). Where M = 1, x's
-//                one row is read in place with the kernel's K cut where it ends (TMA fills the
-//                rest of the last k-block with zeros), against W as it is. Ignored where x
-//                comes padded or P does not divide M (M > 1): x is then copied.
+//                binding builds in the workspace (cutsearch.space.RowViews). The last M mod P
+//                rows, if any, are computed by a second kernel against the unshifted copy
+//                (templates/tail.cuh). Where M = 1, x's one row is read in place with the
+//                kernel's K cut where it ends (TMA fills the rest of the last k-block with
+//                zeros), against W as it is. Ignored where x comes padded or 1 < M < P: x is
+//                then copied.
 //   CS_IO_W_PREFETCH : with CS_IO_PDL and a copy of x, the GEMM asks L2 for W while it waits
 //                for the copy (templates/mainloop.cuh).
 //   CS_IO_X_OWN_COPY : where x is copied, the GEMM copies it itself, each CTA the rows its tile
@@ -72,8 +74,9 @@ namespace ${namespace} {
 #define CS_PREFETCH_W ${prefetch_w}
 #define CS_OWN_COPY ${own_copy}
 #define CS_SPLIT_K ${split_k}
-#define CS_SPLIT_ACT ${split_act}
-#define CS_SPLIT_BIAS ${split_bias}
+// The layer's activation and bias, for the kernels beside the GEMM: split-K's sum, the views' tail.
+#define CS_LAYER_ACT ${layer_act}
+#define CS_LAYER_BIAS ${layer_bias}
 #define CS_Y_TRANSPOSED ${y_transposed}
 
 // ---- kernel emitted by the CUTLASS Python interface ----------------------------------------
@@ -93,7 +96,7 @@ using StrideB = typename GemmKernel::StrideB;
 using StrideD = typename GemmKernel::StrideD;
 using SchedulerArgs = typename GemmKernel::TileSchedulerArguments;
 // Where the layer's bias reaches y: the visitor tree, C with a zero stride, or the split-K reduction.
-constexpr bool kReadsBias = CS_HAS_BIAS || CS_BIAS_AS_C || (CS_SPLIT_K == 1 && CS_SPLIT_BIAS);
+constexpr bool kReadsBias = CS_HAS_BIAS || CS_BIAS_AS_C || (CS_SPLIT_K == 1 && CS_LAYER_BIAS);
 
 // Stream-K has splits and a decomposition mode; the persistent scheduler has neither.
 template <class T, class = void> struct has_splits : std::false_type {};
@@ -155,6 +158,7 @@ struct cs_layer {
   int km, kn, kk;  // the kernel's problem after the transforms
   int splits = 1;  // K slices under CS_SPLIT_K
   int views = 1, view_shift = 0;  // x's row views (P) and each one's shift (q) under CS_IO_X_VIEWS
+  int tail = 0;  // x's rows past the views' batch, M mod P
   bool k_cut = false;  // M = 1 under CS_IO_X_VIEWS: the kernel's K is x's, its pitch pad_k
   bool own_copy = false;  // CS_IO_X_OWN_COPY where x is copied: by the GEMM, no copy kernel
   int batches = 1;  // the kernel's batch: the K slices or the views
@@ -217,10 +221,11 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   h->splits = h->batches = splits;
   h->kk = pad_k / splits;
 #elif !CS_Y_TRANSPOSED
-  if (kBatchedD && (io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m % (vec / gcd(k, vec)) == 0) {
+  if (kBatchedD && (io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m >= vec / gcd(k, vec)) {
     h->views = h->batches = vec / gcd(k, vec);
     h->view_shift = k % vec;
-    h->kk = k + (h->views - 1) * h->view_shift;  // a vector multiple: the last view ends where x does
+    h->tail = m % h->views;
+    h->kk = k + (h->views - 1) * h->view_shift;  // a vector multiple: the last view ends at row P * (M / P) of x
   } else if ((io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m == 1) {
     // One row has no pitch to align: TMA reads it up to K and fills the rest with zeros.
     h->k_cut = true;
@@ -400,11 +405,23 @@ int cs_run(cs_layer* h, void* stream) {
 #if CS_SPLIT_K == 1
   // The partials are [m, pad_n] either way (D^T column-major when swapped is the same bytes);
   // y's rows are n apart, or pad_n where the caller accepts y padded.
-  cudaError_t re = cutsearch_reduce::launch_sum_splits<CS_SPLIT_ACT>(
+  cudaError_t re = cutsearch_reduce::launch_sum_splits<CS_LAYER_ACT>(
       static_cast<ElementA*>(h->y), (h->io & CS_IO_Y_PADDED) ? h->pad_n : h->n,
       reinterpret_cast<const float*>(y_pad + round_up(h->y_pad_bytes, 256)), h->pad_n, h->m, h->n, h->splits,
-      CS_SPLIT_BIAS ? static_cast<const ElementA*>(h->bias) : nullptr, h->hw.sm_count, s, CS_GDC && pdl);
+      CS_LAYER_BIAS ? static_cast<const ElementA*>(h->bias) : nullptr, h->hw.sm_count, s, CS_GDC && pdl);
   if (re != cudaSuccess) return fail(h, "launch", cudaGetErrorString(re));
+#endif
+#if !CS_SPLIT_K && !CS_Y_TRANSPOSED  // the views' conditions (cs_create); split-K's D is fp32 partials
+  if (h->tail) {
+    // Rows P * (M / P) on, against copy 0 of W (unshifted), into y's rows of pitch pad_n (y_pad or y).
+    const int first = h->m - h->tail;
+    auto* w_views = reinterpret_cast<const ElementA*>(y_pad + round_up(h->y_pad_bytes, 256) + round_up(h->parts_bytes, 256));
+    auto* y_rows = static_cast<ElementD*>(h->y_pad_bytes ? static_cast<void*>(y_pad) : h->y) + size_t(first) * h->pad_n;
+    cudaError_t te = cutsearch_tail::launch_tail_rows<CS_LAYER_ACT>(
+        y_rows, h->pad_n, static_cast<const ElementA*>(h->x) + size_t(first) * h->k, h->tail, h->k, w_views, h->kk,
+        h->pad_n, CS_LAYER_BIAS ? static_cast<const ElementD*>(h->bias) : nullptr, h->hw.sm_count, s, pdl);
+    if (te != cudaSuccess) return fail(h, "launch", cudaGetErrorString(te));
+  }
 #endif
   if (h->y_pad_bytes) {
     // Direct: y_pad is [m, pad_n] row-major. Swapped: y^T is [pad_n, m] column-major,
@@ -431,6 +448,6 @@ void cs_destroy(cs_layer* h) { delete h; }
 #undef CS_PREFETCH_W
 #undef CS_OWN_COPY
 #undef CS_SPLIT_K
-#undef CS_SPLIT_ACT
-#undef CS_SPLIT_BIAS
+#undef CS_LAYER_ACT
+#undef CS_LAYER_BIAS
 #undef CS_Y_TRANSPOSED

@@ -278,13 +278,13 @@ def test_split_k_writes_fp32_partials_and_leaves_bias_and_activation_to_its_redu
     layout = "ColumnMajor" if swap_ab else "RowMajor"
     assert operands(epilogue(source)) == [("float", f"cutlass::layout::{layout}", 4)] * 2  # 16-byte rows
     assert [t for t, _, _ in operands(mainloop(source))] == ["cutlass::bfloat16_t"] * 2
-    assert (macro(source, "CS_SPLIT_K"), macro(source, "CS_SPLIT_ACT")) == (1, 2)  # GELU
+    assert (macro(source, "CS_SPLIT_K"), macro(source, "CS_LAYER_ACT")) == (1, 2)  # GELU
     assert (macro(source, "CS_HAS_BIAS"), macro(source, "CS_HAS_ACT")) == (0, 0)
     # The reduction adds the bias only for a layer with one, whatever the caller binds.
-    assert macro(source, "CS_SPLIT_BIAS") == 1
+    assert macro(source, "CS_LAYER_BIAS") == 1
     no_bias = _render(dataclasses.replace(layer, bias=False),
                       coop(kernel_schedule="pingpong", tile_m=64, tile_n=16, swap_ab=swap_ab, split_k=True))
-    assert macro(no_bias, "CS_SPLIT_BIAS") == 0
+    assert macro(no_bias, "CS_LAYER_BIAS") == 0
     # The same config without the split: one kernel, the visitor tree, no reduction.
     plain = _render(layer, coop(kernel_schedule="pingpong", tile_m=64, tile_n=16, swap_ab=swap_ab))
     assert (macro(plain, "CS_SPLIT_K"), macro(plain, "CS_HAS_BIAS"), macro(plain, "CS_HAS_ACT")) == (0, 1, 1)

@@ -1,7 +1,7 @@
 """The caller's layouts on the GPU: padded x, padded y and y^T each compute the layer; so do
 y stored by the nosmem, staged and direct epilogues, split-K with its reduction kernel or its fixup
 epilogue, the non-persistent ws kernel, overlapped launches, unaligned x read in place
-through row views, and x copied by the GEMM itself.
+through row views (the last M mod P rows by the tail kernel), and x copied by the GEMM itself.
 
 Real CUTLASS kernels (one per layout, built in parallel) measured by the real worker against
 the float64 reference: a candidate whose result were wrong in a layout would come back as a
@@ -167,6 +167,23 @@ VIEW_CASES = {
     "views-m1-k7-direct": (Layer(m=1, n=333, k=7, dtype="f16", bias=True, activation="relu"), DIRECT),
 }
 CASES.update(VIEW_CASES)
+# Views where P does not divide M: the last M mod P rows by the tail kernel (templates/tail.cuh).
+# Swapped with the direct epilogue's SiLU (3 rows), one view row and 5 tail rows with y copied out
+# of its padded buffer after both, P = 4 under the visitor tree's GELU, and the ws grid without a
+# bias (1 row).
+TAIL_CASES = {
+    "views-tail-swapped-direct-silu": (Layer(m=251, n=1001, k=999, dtype="bf16", bias=True, activation="silu"),
+                                       dataclasses.replace(DIRECT, swap_ab=True)),
+    "views-tail-y-copied-f16": (Layer(m=13, n=41, k=7, dtype="f16", bias=True, activation="relu"),
+                                Config(tile_m=64, tile_n=64, tile_k=64, kernel_schedule="pingpong",
+                                       epilogue_schedule="tma", pad=True)),
+    "views-tail-p4-gelu": (Layer(m=158, n=333, k=78, dtype="f16", bias=True, activation="gelu"),
+                           dataclasses.replace(CONFIG, pad=True)),
+    "views-tail-ws-no-bias": (Layer(m=137, n=48, k=2065, dtype="bf16", bias=False),
+                              Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
+                                     tile_scheduler="grid", swap_ab=True, pad=True)),
+}
+CASES.update(TAIL_CASES)
 # x copied by the GEMM itself, with no copy kernel (the ws grid's `own_copy` knob), staged in the
 # stage buffers of the operand no cluster peer multicasts into: swapped alone, swapped with W
 # multicast (1x2) and the direct epilogue, swapped with x multicast (2x1) and K below the k-tile,
@@ -255,6 +272,54 @@ def test_row_views_compute_the_layer(built):
             knobs = tuple(k for k in knob_grid(config, layer) if k.raster < 2 and k.swizzle == 1 and not k.pdl)
             assert {k.views for k in knobs} == {0, 1}, name
             assert_every_variant_passes(worker, built, name, knobs)
+
+
+@pytest.mark.gpu
+def test_row_views_with_a_tail_compute_the_layer(built):
+    """Every views variant, launch overlap of the tail included, passes the float64 check. The
+    search offers the first case none (W's copies cost too much there): its variants are forced."""
+    with WorkerProcess(0) as worker:
+        for name, (layer, config) in TAIL_CASES.items():
+            views = row_views(layer)
+            assert views is not None and views.tail == layer.m % views.count > 0, name
+            grid = [k for k in knob_grid(config, layer) if k.raster < 2 and k.swizzle == 1]
+            offered = name != "views-tail-swapped-direct-silu"
+            assert any(k.views and k.pdl for k in grid) == offered, name
+            base = [k for k in grid if not (k.views or k.pdl or k.prefetch or k.own_copy)]
+            knobs = tuple(dict.fromkeys(base + [dataclasses.replace(k, views=1, pdl=p) for k in base for p in (0, 1)]))
+            assert_every_variant_passes(worker, built, name, knobs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(TAIL_CASES))
+def test_row_views_and_their_tail_read_nothing_past_x(built, name):
+    """x is followed by NaNs: had the views or the tail read past its last row, a NaN would reach
+    y. The second call, with launch overlap, sees new values of x, and writes every row again."""
+    torch = pytest.importorskip("torch")
+    with created(built, name, views=True) as (layer, kp, lib, handle):
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        buf = torch.full((layer.m * layer.k + 4096,), float("nan"), dtype=dtype, device="cuda")
+        x = buf[: layer.m * layer.k].view(layer.m, layer.k)
+        w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
+        w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
+        b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
+        b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+        ws = torch.empty(max(16, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
+        y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
+        act = {"none": lambda t: t, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+               "relu": torch.relu}[layer.activation]
+        assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
+        for _ in range(2):
+            x.copy_(torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype))
+            y.fill_(float("nan"))
+            assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
+            torch.cuda.synchronize()
+            want = act(x.double() @ w[: layer.n, : layer.k].double().T + (b[: layer.n].double() if layer.bias else 0))
+            assert bool(torch.isfinite(y).all()), name
+            assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2, name
+            tail = slice(layer.m - layer.m % row_views(layer).count, layer.m)
+            assert float(torch.linalg.norm(y[tail].double() - want[tail]) / torch.linalg.norm(want[tail])) < 1e-2
 
 
 @pytest.mark.gpu
@@ -406,8 +471,9 @@ def created(built, name: str, splits: int = 1, *, m: int | None = None, views: b
                                           # W's shifted copies are rebuilt for the new W.
                                           ("views-swapped-nosmem", True, None), ("views-gelu-f16", True, None),
                                           ("views-swapped-direct-gelu", True, None), ("y-direct-silu", False, None),
-                                          # M not a multiple of the views' 8: x is copied instead.
-                                          ("views-swapped-nosmem", True, 251)])
+                                          # M not a multiple of the views' 8: 3 rows by the tail;
+                                          # M below it: x is copied instead.
+                                          ("views-swapped-nosmem", True, 251), ("views-swapped-nosmem", True, 5)])
 def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name, views, m):
     """cs_bind rebuilds the kernel's arguments when W or b moves, not only when x or y does: a
     layer prepared again with new weights must not read the old buffers."""
@@ -415,7 +481,7 @@ def test_new_weights_bound_beside_the_same_x_and_y_are_the_ones_used(built, name
     with created(built, name, m=m, views=views) as (layer, kp, lib, handle):
         if views:  # the views' workspace holds W's copies and no x: it differs from the copy's
             with created(built, name, m=m) as (_, _, _, copying):
-                assert (lib.cs_workspace_size(handle) != lib.cs_workspace_size(copying)) == (m is None)
+                assert (lib.cs_workspace_size(handle) != lib.cs_workspace_size(copying)) == (m != 5)
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
         gen = torch.Generator(device="cuda").manual_seed(3)
         x = torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype)

@@ -1,8 +1,9 @@
 """x's row views (space.RowViews): an unaligned x read in place, exactly, without its copy.
 
 The launcher's arithmetic is replayed here in numpy with integer-valued float64 data, so every
-sum is exact: the batch of views against W's shifted copies gives x @ W^T bit for bit, every
-element a view reads lies inside x, and every TMA address and pitch is a 16-byte multiple.
+sum is exact: the batch of views against W's shifted copies, and the tail's last M mod P rows against
+copy 0, give x @ W^T bit for bit, every element a view reads lies inside x, and every TMA address
+and pitch is a 16-byte multiple.
 The GPU tests (tests/test_layouts_gpu.py) run the same arithmetic in the built kernels.
 """
 
@@ -20,7 +21,7 @@ from cutsearch.codegen import render
 from cutsearch.efficiency import Recording
 from cutsearch.model import CALIBRATED, DEFAULT, predict_us
 from cutsearch.outcome import Measurement
-from cutsearch.problem import BYTES, Layer
+from cutsearch.problem import BYTES, PEAK_BYTES_PER_S, Layer
 from cutsearch.space import (Config, Knobs, RowViews, kernel_problem, knob_grid, row_views, transforms,
                              views_apply)
 
@@ -48,31 +49,37 @@ def shifted_weights(w: np.ndarray, views: RowViews) -> np.ndarray:
 
 
 def through_views(x: np.ndarray, w: np.ndarray, views: RowViews) -> np.ndarray:
-    """y from the batch of views, each read where the launcher points TMA at it."""
+    """y from the batch of views, each read where the launcher points TMA at it, and the tail's
+    rows from x's last rows and W' copy 0, each up to K (templates/tail.cuh)."""
     m, k = x.shape
     flat = x.ravel()
     rows = m // views.count
+    assert views.tail == m % views.count
+    covered = rows * views.count
     w_views = shifted_weights(w, views)
-    y = np.empty((m, w.shape[0]))
+    y = np.full((m, w.shape[0]), np.nan)
     for i in range(views.count):
         start = i * (k - views.shift)
         last = start + (rows - 1) * views.count * k + views.k  # one past the last element read
-        assert 0 <= start and last <= flat.size, (i, start, last, flat.size)
+        assert 0 <= start and last <= covered * k, (i, start, last, flat.size)  # never the tail's rows
         view = np.lib.stride_tricks.as_strided(flat[start:], shape=(rows, views.k),
                                                strides=(views.count * k * 8, 8), writeable=False)
-        y[i::views.count] = view @ w_views[i].T
+        y[i:covered:views.count] = view @ w_views[i].T
+    assert not np.isnan(y[:covered]).any()
+    y[covered:] = flat[covered * k:].reshape(views.tail, k) @ w_views[0][:, :k].T
     return y
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7, 9, 13, 20, 100, 517, 999, 1001, 1002, 1004, 4095])
-def test_the_views_compute_x_times_w_transposed_exactly(dtype, k):
+@pytest.mark.parametrize("tail", [0, 1, 3, 7])
+def test_the_views_compute_x_times_w_transposed_exactly(dtype, k, tail):
     vec = 16 // BYTES[dtype]
     p = vec // math.gcd(k, vec)
-    m, n = 3 * p, 5
+    m, n = 3 * p + tail % p, 5
     layer = Layer(m=m, n=n, k=k, dtype=dtype)
     views = views_of(layer)
-    assert views.count == p and views.shift == k % vec
+    assert views.count == p and views.shift == k % vec and views.tail == tail % p
     rng = np.random.default_rng(k)
     x = rng.integers(-8, 9, size=(m, k)).astype(np.float64)
     w = rng.integers(-8, 9, size=(n, k)).astype(np.float64)
@@ -94,10 +101,12 @@ def test_one_row_is_read_up_to_k_against_w_as_it_is(dtype, k):
     w = rng.integers(-8, 9, size=(5, k)).astype(np.float64)
     assert np.array_equal(through_views(x, w, views), x @ w.T)
     assert views_apply(layer, PAD) and any(kn.views for kn in knob_grid(PAD, layer))
-    assert transforms(layer, PAD, {"views": 1})["x_views"] == {"count": 1, "shift": k % layer.vector, "k": k}
+    assert transforms(layer, PAD, {"views": 1})["x_views"] == {"count": 1, "shift": k % layer.vector, "k": k,
+                                                                "tail": 0}
 
 
-@pytest.mark.parametrize("m,k", [(3000, 999), (16, 1004), (96, 1002), (8, 7), (4000, 4095)])
+@pytest.mark.parametrize("m,k", [(3000, 999), (16, 1004), (96, 1002), (8, 7), (4000, 4095), (3001, 999),
+                                 (15, 7), (98, 2486)])
 def test_every_view_starts_and_steps_on_16_bytes_and_k_prime_fills_vectors(m, k):
     layer = Layer(m=m, n=64, k=k)
     views = views_of(layer)
@@ -105,18 +114,20 @@ def test_every_view_starts_and_steps_on_16_bytes_and_k_prime_fills_vectors(m, k)
     assert views.k % vec == 0 and views.k >= k
     assert (views.count * k * e) % 16 == 0  # a view's row pitch
     assert ((k - views.shift) * e) % 16 == 0  # the step from one view's start to the next
-    # The last view's last row ends exactly where x ends.
+    # The last view's last row ends exactly where the views' rows end, and the tail's begin.
     p = views.count
-    assert (p - 1) * (k - views.shift) + (m // p - 1) * p * k + views.k == m * k
+    assert (p - 1) * (k - views.shift) + (m // p - 1) * p * k + views.k == (m - views.tail) * k
 
 
-def test_views_exist_only_for_contiguous_x_with_unaligned_rows_and_m_a_multiple_of_p():
+def test_views_exist_only_for_contiguous_x_with_unaligned_rows_and_a_whole_view():
     assert row_views(Layer(m=64, n=64, k=1024)) is None  # aligned rows: nothing to copy
     assert row_views(Layer(m=64, n=64, k=999, input="padded")) is None
     assert row_views(Layer(m=64, n=64, k=999, output="transposed")) is None  # a view's y^T rows are strided
-    assert row_views(Layer(m=63, n=64, k=999)) is None  # P = 8 does not divide M
+    assert row_views(Layer(m=63, n=64, k=999)) == RowViews(count=8, shift=7, k=1048, tail=7)  # 7 rows past the views
+    assert row_views(Layer(m=7, n=64, k=999)) is None  # not one row a view
     assert row_views(Layer(m=8, n=64, k=1002)).count == 4
-    assert row_views(Layer(m=6, n=64, k=1002)) is None
+    assert row_views(Layer(m=6, n=64, k=1002)) == RowViews(count=4, shift=2, k=1008, tail=2)
+    assert row_views(Layer(m=3, n=64, k=1002)) is None
     assert row_views(Layer(m=1, n=64, k=999)) == RowViews(count=1, shift=7, k=999)  # one row: K cut where x ends
     assert row_views(Layer(m=1, n=64, k=1000)) is None
     assert row_views(Layer(m=6, n=64, k=1004)).count == 2  # K = 4 mod 8: rows pair up on 16 bytes
@@ -134,12 +145,14 @@ def test_the_knob_grid_adds_the_views_beside_every_copy_of_x():
     # The TMA epilogue pads N too, so y is copied out and launch overlap stays a choice.
     tma = dataclasses.replace(PAD, epilogue_schedule="tma")
     assert {k.pdl for k in knob_grid(tma, layer) if k.views} == {0, 1}
+    # So it is where the tail kernel follows the views' batch.
+    assert {k.pdl for k in knob_grid(PAD, Layer(m=475, n=64, k=3961)) if k.views} == {0, 1}
 
 
 @pytest.mark.parametrize("layer,config", [
     (Layer(m=3000, n=1001, k=999), dataclasses.replace(PAD, pad=False)),  # no copy of x to replace
     (Layer(m=3000, n=1001, k=999, output="transposed"), PAD),
-    (Layer(m=3001, n=1001, k=999), PAD),
+    (Layer(m=5, n=1001, k=999), PAD),  # below one row a view: x is copied
     (Layer(m=8, n=16384, k=4095), PAD),
     (Layer(m=16, n=1024, k=1024), Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="pingpong",
                                          epilogue_schedule="tma", swap_ab=True, split_k=True)),
@@ -152,7 +165,9 @@ def test_no_views_where_they_do_not_apply(layer, config):
 def test_the_views_are_recorded_as_a_transform_and_a_launch_flag():
     layer = Layer(m=3000, n=1001, k=999, bias=True)
     assert "x_views" not in transforms(layer, PAD, {"raster": 1})
-    assert transforms(layer, PAD, {"raster": 1, "views": 1})["x_views"] == {"count": 8, "shift": 7, "k": 1048}
+    assert transforms(layer, PAD, {"raster": 1, "views": 1})["x_views"] == {"count": 8, "shift": 7, "k": 1048,
+                                                                            "tail": 0}
+    assert transforms(Layer(m=475, n=64, k=3961), PAD, {"views": 1})["x_views"]["tail"] == 3
     assert IO_X_VIEWS == 8 and io_flags(False, False, {"pdl": 1, "views": 1}) == 12
     assert Knobs(views=1).to_dict()["views"] == 1 and "views" not in Knobs().to_dict()
 
@@ -164,6 +179,17 @@ def test_the_model_drops_the_copy_of_x_and_reads_p_copies_of_w():
     # W as large as x: reading it eight times costs more than copying x once.
     square = Layer(m=4000, n=4096, k=4095)
     assert predict_us(square, PAD, Knobs(raster=1, views=1)) > predict_us(square, PAD, Knobs(raster=1))
+
+
+def test_the_model_charges_the_tail_a_launch_and_one_more_read_of_w():
+    """473 rows make the same batch of 59 rows a view as 472, and one row for the tail kernel."""
+    whole, tail = Layer(m=472, n=64, k=3961), Layer(m=473, n=64, k=3961)
+    views = views_of(tail)
+    w_us = kernel_problem(tail, PAD).pad_n * views.k * 2 / PEAK_BYTES_PER_S * 1e6
+    for coeff in (DEFAULT, CALIBRATED):
+        extra = predict_us(tail, PAD, Knobs(raster=1, views=1), coeff) - predict_us(whole, PAD, Knobs(raster=1, views=1),
+                                                                                  coeff)
+        assert extra == pytest.approx(coeff.copy_overhead_us + w_us)
 
 
 RECORDED = Path(__file__).resolve().parent.parent / "studies" / "recorded"
@@ -198,10 +224,20 @@ def test_views_are_not_offered_where_w_copies_cost_far_more_than_the_copy_of_x()
     assert not views_apply(Layer(m=8, n=4096, k=4095), PAD)  # 235 MB more read: not
 
 
+@pytest.mark.parametrize("m,n,k,offered", [
+    # Recorded on an H100: the views with a tail won on the first two, lost on the other four.
+    (475, 64, 3961, True), (137, 48, 2065, True), (158, 1177, 78, False), (1500, 777, 1499, False),
+    (37, 1234, 567, False), (2327, 1838, 398, False),
+    (3000, 1001, 999, True), (3001, 1001, 999, False),  # the same W: no tail, and a tail to pay for
+])
+def test_views_with_a_tail_are_offered_only_where_they_cost_about_the_copy(m, n, k, offered):
+    assert views_apply(Layer(m=m, n=n, k=k), PAD) == offered
+
+
 def test_a_visitor_tree_gets_a_batch_stride_for_d_only_where_views_exist():
     config = dataclasses.replace(PAD, epilogue_schedule="tma")
     with_views = render(Layer(m=96, n=256, k=1002, bias=True, activation="gelu"), config).code
-    without = render(Layer(m=97, n=256, k=1002, bias=True, activation="gelu"), config).code
+    without = render(Layer(m=3, n=256, k=1002, bias=True, activation="gelu"), config).code  # below P = 4
     one_row = render(Layer(m=1, n=256, k=1002, bias=True, activation="gelu"), config).code  # one view: no batch
     assert "using StrideD = cute::Stride<int64_t, cute::Int<1>, int64_t>;" in with_views
     assert "using StrideD = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;" in without

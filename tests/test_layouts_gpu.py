@@ -294,32 +294,41 @@ def test_row_views_with_a_tail_compute_the_layer(built):
 @pytest.mark.parametrize("name", list(TAIL_CASES))
 def test_row_views_and_their_tail_read_nothing_past_x(built, name):
     """x is followed by NaNs: had the views or the tail read past its last row, a NaN would reach
-    y. The second call, with launch overlap, sees new values of x, and writes every row again."""
-    torch = pytest.importorskip("torch")
+    y. The second call sees new values of x, and writes every row again, the tail's too."""
     with created(built, name, views=True) as (layer, kp, lib, handle):
-        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
-        gen = torch.Generator(device="cuda").manual_seed(5)
-        buf = torch.full((layer.m * layer.k + 4096,), float("nan"), dtype=dtype, device="cuda")
-        x = buf[: layer.m * layer.k].view(layer.m, layer.k)
-        w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
-        w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
-        b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
-        b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
-        ws = torch.empty(max(16, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
-        y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
-        act = {"none": lambda t: t, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
-               "relu": torch.relu}[layer.activation]
-        assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
-        for _ in range(2):
-            x.copy_(torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype))
-            y.fill_(float("nan"))
-            assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
-            torch.cuda.synchronize()
-            want = act(x.double() @ w[: layer.n, : layer.k].double().T + (b[: layer.n].double() if layer.bias else 0))
-            assert bool(torch.isfinite(y).all()), name
-            assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2, name
-            tail = slice(layer.m - layer.m % row_views(layer).count, layer.m)
-            assert float(torch.linalg.norm(y[tail].double() - want[tail]) / torch.linalg.norm(want[tail])) < 1e-2
+        y, want = two_calls_between_nans(lib, handle, layer, kp, x_offset=0, ws_fill=None, seed=5)
+        tail = slice(layer.m - layer.m % row_views(layer).count, layer.m)
+        assert float((y[tail].double() - want[tail]).norm() / want[tail].norm()) < 1e-2, name
+
+
+def two_calls_between_nans(lib, handle, layer, kp, *, x_offset: int, ws_fill: int | None, seed: int):
+    """Binds x `x_offset` elements into a buffer of NaNs (more NaNs after it), runs the layer twice
+    with new values of x, checks each y against float64, and returns the last (y, want)."""
+    torch = pytest.importorskip("torch")
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    buf = torch.full((x_offset + layer.m * layer.k + 4096,), float("nan"), dtype=dtype, device="cuda")
+    x = buf[x_offset: x_offset + layer.m * layer.k].view(layer.m, layer.k)
+    w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
+    w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
+    b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
+    b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
+    size = max(16, lib.cs_workspace_size(handle))
+    ws = (torch.empty(size, dtype=torch.uint8, device="cuda") if ws_fill is None
+          else torch.full((size,), ws_fill, dtype=torch.uint8, device="cuda"))
+    y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
+    act = {"none": lambda t: t, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+           "relu": torch.relu}[layer.activation]
+    assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
+    for _ in range(2):
+        x.copy_(torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype))
+        y.fill_(float("nan"))
+        assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
+        torch.cuda.synchronize()
+        want = act(x.double() @ w[: layer.n, : layer.k].double().T + (b[: layer.n].double() if layer.bias else 0))
+        assert bool(torch.isfinite(y).all())
+        assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2
+    return y, want
 
 
 @pytest.mark.gpu
@@ -371,31 +380,10 @@ def test_x_copied_by_the_gemm_reads_only_x_and_each_call_its_own(built, name):
     values of x: nothing of the first call's copy is reused. Under split-K, in the most slices the
     search measures. A bias is bound even where the layer has none, and must not be added (the
     split-K reduction kernel once added it)."""
-    torch = pytest.importorskip("torch")
     layer, config = CASES[name]
     splits = max(k.splits for k in knob_grid(config, layer))
     with created(built, name, splits, own_copy=True) as (layer, kp, lib, handle):
-        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[layer.dtype]
-        gen = torch.Generator(device="cuda").manual_seed(11)
-        buf = torch.full((layer.m * layer.k + 64,), float("nan"), dtype=dtype, device="cuda")
-        x = buf[3: 3 + layer.m * layer.k].view(layer.m, layer.k)
-        w = torch.zeros(kp.pad_n, kp.pad_k, dtype=dtype, device="cuda")
-        w[: layer.n, : layer.k] = (torch.randn(layer.n, layer.k, device="cuda", generator=gen) / layer.k ** 0.5).to(dtype)
-        b = torch.zeros(kp.pad_n, dtype=dtype, device="cuda")
-        b[: layer.n] = torch.randn(layer.n, device="cuda", generator=gen).to(dtype)
-        ws = torch.full((max(16, lib.cs_workspace_size(handle)),), 0xFF, dtype=torch.uint8, device="cuda")  # NaNs
-        y = torch.empty(layer.m, layer.n, dtype=dtype, device="cuda")
-        act = {"none": lambda t: t, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
-               "relu": torch.relu}[layer.activation]
-        assert lib.cs_bind(handle, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), ws.data_ptr()) == 0
-        for _ in range(2):
-            x.copy_(torch.randn(layer.m, layer.k, device="cuda", generator=gen).to(dtype))
-            y.fill_(float("nan"))
-            assert lib.cs_run(handle, torch.cuda.current_stream().cuda_stream) == 0, lib.cs_error(handle)
-            torch.cuda.synchronize()
-            want = act(x.double() @ w[: layer.n, : layer.k].double().T + (b[: layer.n].double() if layer.bias else 0))
-            assert bool(torch.isfinite(y).all()), name
-            assert float(torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)) < 1e-2, name
+        two_calls_between_nans(lib, handle, layer, kp, x_offset=3, ws_fill=0xFF, seed=11)  # a workspace of NaNs
 
 
 @pytest.mark.gpu

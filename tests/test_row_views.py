@@ -219,6 +219,25 @@ def test_on_recorded_h200_data_the_model_picks_the_faster_of_views_and_copy(coef
     assert total == 108 and agree >= 99
 
 
+def test_on_recorded_h100_data_the_tail_is_offered_where_it_beat_the_copy():
+    """Recorded H100 data, replayed: 18 configs of six layers whose M is not a multiple of P, each
+    timed with x copied and with the views and their tail, in one run. The offer line
+    (space.TAIL_MAX_COST) holds the two layers where the tail won on most configs, and no other."""
+    offered_layers = []
+    for path in sorted((RECORDED / "h100-2026-12-05-view-tails" / "h100").glob("views-*.json")):
+        rec = Recording.load(path)
+        assert row_views(rec.layer).tail > 0
+        won = []
+        for ev in rec.evaluations:
+            measured = {v: min(t for k, t in ev.outcome.variants if k.views == v) for v in (0, 1)}
+            won.append(measured[1] < measured[0])
+        offered = {views_apply(rec.layer, ev.config) for ev in rec.evaluations}
+        assert offered == {sum(won) > len(won) / 2}, (rec.layer.shape, won)
+        if True in offered:
+            offered_layers.append(rec.layer.shape)
+    assert offered_layers == ["137x48x2065", "475x64x3961"]
+
+
 def test_views_are_not_offered_where_w_copies_cost_far_more_than_the_copy_of_x():
     assert views_apply(Layer(m=16, n=512, k=1004), PAD)  # 1 MB more read against a launch: offered
     assert not views_apply(Layer(m=8, n=4096, k=4095), PAD)  # 235 MB more read: not

@@ -102,6 +102,9 @@ class ProgressView:
             self.best_us, self.cublas_us = data["median_us"], data["cublas_us"]
             for error in data.get("errors") or ():
                 self.console.print(f"[yellow]a contender failed its check in the race: {error}[/]")
+        elif name == "race disturbed":
+            then = "racing again" if data["again"] else "judging by the trials"
+            self.console.print(f"[yellow]the race was disturbed ({data['reason']}): {then}[/]")
         elif name == "race failed":
             self.console.print(f"[yellow]the race failed ({data['message']}): judging by the trials[/]")
         self.progress.update(self.task, status=self._status())

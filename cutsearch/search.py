@@ -26,7 +26,7 @@ from cutsearch.evaluator import Evaluation, Evaluator, Events, emit
 from cutsearch.outcome import Failure, Measurement
 from cutsearch.problem import Layer
 from cutsearch.space import Config, Knobs, Space, invalid_reason
-from cutsearch.verdict import TrialRecord, Verdict, contenders, judge, records, verdict_cublas_us
+from cutsearch.verdict import TrialRecord, Verdict, contenders, disturbance, judge, records, verdict_cublas_us
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ MAX_ASKS_PER_SLOT = 200  # proposals tried per batch slot before the space count
 # The race at the end of a search: its contenders (verdict.contenders) and cuBLAS, timed again
 # in RACE_ROUNDS interleaved rounds.
 RACE_ROUNDS = 5
+RACE_ATTEMPTS = 3  # races run where each one before was disturbed (verdict.DISTURBED)
 RETRIES = 2  # times a config that killed runs left unfinished is queued again (_requeue)
 
 
@@ -426,23 +427,31 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
 
 
 def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, events: Events | None) -> None:
-    """Race the study's contenders, unless a race of the same contenders stands."""
+    """Race the study's contenders, unless an undisturbed race of the same contenders stands; a
+    disturbed race is run again, up to RACE_ATTEMPTS races in all."""
     measured = records(study)
     field = contenders(measured)
-    if not field or (study.user_attrs.get("race") or {}).get("trials") == [c.number for c in field]:
+    standing = study.user_attrs.get("race")
+    if not field or (standing and standing["trials"] == [c.number for c in field] and not disturbance(standing)):
         return
-    emit(events, "racing", kernels=len(field), rounds=rounds)
-    outcome = evaluator.race(layer, [(c.config, Knobs(**c.evaluation["measurement"]["knobs"])) for c in field], rounds)
-    if isinstance(outcome, Failure):
-        # The trials' own verdict stands; a stale race of other contenders is ignored by judge().
-        log.warning("the race of the top kernels failed (%s): judging by the trials", outcome.message)
-        emit(events, "race failed", message=outcome.message)
-        return
-    study.set_user_attr("race", {
-        "trials": [c.number for c in field], "configs": [c.config.key for c in field],
-        "kernel_us": [list(us) if us else None for us in outcome.kernel_us], "cublas_us": list(outcome.cublas_us),
-        "errors": list(outcome.errors), "reps": outcome.reps,
-        "fallback_us": list(outcome.fallback_us) if outcome.fallback_us else None})
+    for attempt in range(1, RACE_ATTEMPTS + 1):
+        emit(events, "racing", kernels=len(field), rounds=rounds)
+        outcome = evaluator.race(layer, [(c.config, Knobs(**c.evaluation["measurement"]["knobs"])) for c in field],
+                                 rounds)
+        if isinstance(outcome, Failure):
+            # The trials' own verdict stands; a stale race of other contenders is ignored by judge().
+            log.warning("the race of the top kernels failed (%s): judging by the trials", outcome.message)
+            emit(events, "race failed", message=outcome.message)
+            return
+        race = {"trials": [c.number for c in field], "configs": [c.config.key for c in field],
+                "kernel_us": [list(us) if us else None for us in outcome.kernel_us],
+                "cublas_us": list(outcome.cublas_us), "errors": list(outcome.errors), "reps": outcome.reps,
+                "fallback_us": list(outcome.fallback_us) if outcome.fallback_us else None}
+        study.set_user_attr("race", race)  # kept even if disturbed: `show` says why it does not stand
+        if not (disturbed := disturbance(race)):
+            break
+        log.warning("the race was disturbed (%s)", disturbed)
+        emit(events, "race disturbed", reason=disturbed, again=attempt < RACE_ATTEMPTS)
     verdict = judge(records(study), study.user_attrs["race"])
     emit(events, "raced", median_us=verdict.best.median_us if verdict.best else None, cublas_us=verdict.cublas_us,
           config=verdict.best.config.key if verdict.best else None, kernels=len(field), rounds=rounds,

@@ -2,15 +2,15 @@
 
 A study's trials are each one draw of noise, and its fastest trial is the draw that favoured the
 kernel most. A race (search._run_race) times the contenders and cuBLAS again, interleaved; where
-one stands for the study's current contenders it decides, else the trials do. Only reads: the
-search, the export, `show` and the report all judge through `judge`.
+an undisturbed one stands for the study's current contenders it decides, else the trials do. Only
+reads: the search, the export, `show` and the report all judge through `judge`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import optuna
 
@@ -19,6 +19,10 @@ from cutsearch.space import Config
 # The race's contenders: the fastest configs, up to RACE_SIZE, within RACE_WITHIN of the best.
 RACE_SIZE = 4
 RACE_WITHIN = 1.25
+# A call whose slowest round took this many times its fastest was disturbed (another process on
+# the GPU or its host). The recorded races spread at most 1.40x, a 1.7 ms kernel in a hot round,
+# most under 1.15x (tests/test_race.py reads them all); timings on a disturbed GPU, 7.5x and more.
+DISTURBED = 2.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -119,6 +123,22 @@ def tie(speedup: float | None, won: int | None, rounds: int | None) -> str | Non
     return f"{speedup:.2f}x cuBLAS by the race's median, but faster in only {won} of its {rounds} rounds: a tie"
 
 
+def unsteady(label: str, rounds: Sequence[float]) -> str | None:
+    """Why a call's round medians show a disturbed GPU, if they do (see DISTURBED)."""
+    lo, hi = min(rounds, default=0.0), max(rounds, default=0.0)
+    if lo <= 0 or hi < DISTURBED * lo:
+        return None
+    return f"{label}'s rounds took {lo:.1f}-{hi:.1f} µs, {hi / lo:.1f}x apart"
+
+
+def disturbance(race: dict[str, Any]) -> str | None:
+    """Why a race's timings cannot be trusted, if they cannot: its most unsteady call."""
+    calls = [("cuBLAS", race["cublas_us"]), ("the fallback", race.get("fallback_us") or ()),
+             *((f"trial {n}", us or ()) for n, us in zip(race["trials"], race["kernel_us"]))]
+    notes = [(max(us) / min(us), note) for label, us in calls if us and (note := unsteady(label, us))]
+    return max(notes)[1] if notes else None
+
+
 def fallback_wins(kernel_us: float | None, cublas_us: float | None, fallback_us: float | None) -> bool:
     """Whether the fallback's library, its cuBLASLt call fusing the activation, beat both the best
     kernel and F.linear in the race: the export then ships it."""
@@ -140,19 +160,20 @@ def contenders(measured: Iterable[TrialRecord], size: int = RACE_SIZE, within: f
 
 
 def judge(measured: list[TrialRecord], race: dict[str, Any] | None) -> Verdict:
-    """The study's verdict: by its race where the race timed the study's contenders, else by
-    the trials (the fastest, against verdict_cublas_us)."""
-    raced = _race_verdict(measured, race)
-    if raced is not None:
-        return raced
+    """The study's verdict: by its race where the race timed the study's contenders and was not
+    disturbed, else by the trials (the fastest, against verdict_cublas_us)."""
+    if race and [c.number for c in contenders(measured)] != race.get("trials"):
+        race = None  # trials told since the race changed the contenders
+    disturbed = disturbance(race) if race else None
+    if race and not disturbed:
+        return _race_verdict(measured, race)
     fastest = min((r for r in measured if r.median_us), key=lambda r: (r.median_us, r.number), default=None)
-    return Verdict(best=fastest, cublas_us=verdict_cublas_us(fastest, measured), basis=(
-        "the lower of the run beside the best and the median of the study's runs"))
+    basis = "the lower of the run beside the best and the median of the study's runs"
+    return Verdict(best=fastest, cublas_us=verdict_cublas_us(fastest, measured),
+                   basis=basis + (f" (the race was disturbed: {disturbed})" if disturbed else ""))
 
 
-def _race_verdict(measured: list[TrialRecord], race: dict[str, Any] | None) -> Verdict | None:
-    if not race or [c.number for c in contenders(measured)] != race.get("trials"):
-        return None  # no race, or trials told since changed the contenders
+def _race_verdict(measured: list[TrialRecord], race: dict[str, Any]) -> Verdict:
     by_number = {r.number: r for r in measured}
     raced = {n: statistics.median(us) for n, us in zip(race["trials"], race["kernel_us"]) if us}
     cublas_us = statistics.median(race["cublas_us"])

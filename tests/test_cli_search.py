@@ -132,6 +132,14 @@ def test_the_progress_written_to_a_file_is_a_line_per_step():
         "failed 1 · best 12.5 µs (cuBLAS 25.0 µs, 2.00x)",
         "2 config(s) an interrupted run left unfinished queued again",
     ], "one unwrapped line each, before the run ends"
+    log = io.StringIO()
+    with ProgressView(Console(file=log, width=200), trials=4) as view:
+        view.event("race disturbed", {"reason": "cuBLAS's rounds took 14.0-60.0 µs, 4.3x apart", "again": True})
+        view.event("race disturbed", {"reason": "trial 5's rounds took 9.0-20.0 µs, 2.2x apart", "again": False})
+        log_so_far = log.getvalue()
+    assert log_so_far.splitlines() == [
+        "the race was disturbed (cuBLAS's rounds took 14.0-60.0 µs, 4.3x apart): racing again",
+        "the race was disturbed (trial 5's rounds took 9.0-20.0 µs, 2.2x apart): judging by the trials"]
 
 
 def test_a_layer_no_kernel_of_the_space_can_compute_is_not_searched_and_every_view_says_why(tmp_path, private_dirs):

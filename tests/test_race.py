@@ -2,7 +2,8 @@
 
 The trial records are made up for these tests, and so are the race times planted in the racing
 evaluator. The search tests replay studies/recorded/h200-2026-12-01-random/random1.json, a search
-measured on one H200, and two tests judge recorded races again; nothing here is measured.
+measured on one H200, and three tests judge recorded races again (one of them every race in the
+recorded journals); nothing here is measured.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from cutsearch.evaluator import ReplayEvaluator
 from cutsearch.outcome import Failure, FailureKind, Race
 from cutsearch.problem import Layer
 from cutsearch.search import search
-from cutsearch.verdict import TrialRecord, contenders, judge, records
+from cutsearch.verdict import DISTURBED, TrialRecord, contenders, disturbance, judge, records
 from cutsearch.space import Config, Space
 from cutsearch.suite import record
 from cutsearch.tuner import summary
@@ -109,6 +110,38 @@ def test_a_kernel_faster_by_the_median_but_not_in_every_round_is_a_tie_and_does_
     assert not beaten.kernel_ships and beaten.tie is None  # slower: cuBLAS is faster, not a tie
 
 
+def test_a_disturbed_race_does_not_decide_and_says_why():
+    field = contenders(RECORDS)
+    kernels = [[9.9, 9.8, 9.9], [9.4, 9.6, 9.5], [11.0] * 3, [10.5, 10.4, 10.6]]
+    verdict = judge(RECORDS, _race(field, kernels, [10.0, 10.2, 30.0]))
+    assert verdict.raced_us is None and verdict.best.number == 0 and verdict.best.median_us == 9.0
+    assert verdict.cublas_us == 20.0  # the trials' rule: the lower of the run beside it and the median
+    assert verdict.basis.endswith("(the race was disturbed: cuBLAS's rounds took 10.0-30.0 µs, 3.0x apart)")
+    # A kernel's rounds count too, the fallback's as well, and the most unsteady call is named.
+    kernels[3] = [10.5, 25.0, 10.6]
+    assert disturbance(_race(field, kernels, [10.0, 10.2, 10.1])) == "trial 5's rounds took 10.5-25.0 µs, 2.4x apart"
+    fallback = {**_race(field, kernels, [10.0, 10.2, 30.0]), "fallback_us": [8.0, 9.0, 40.0]}
+    assert disturbance(fallback).startswith("the fallback's rounds took 8.0-40.0 µs, 5.0x")
+    # Rounds just under the line decide, as before.
+    steady = judge(RECORDS, _race(field, [[9.9] * 3, [9.5] * 3, [11.0] * 3, [10.5] * 3],
+                                  [10.0, 10.2, 10.0 * DISTURBED - 0.01]))
+    assert steady.raced_us is not None and steady.best.number == 1 and "race of 4 kernels" in steady.basis
+
+
+def test_no_recorded_race_was_disturbed():
+    """Every race in the recorded journals (H200 and H100 searches) spread at most 1.40x between a
+    call's slowest and fastest round (square_8k's 1.7 ms kernels, one round hot), most under
+    1.15x: DISTURBED sits well above them, and none of their verdicts changes."""
+    spreads = []
+    for journal in sorted((ROOT / "studies" / "recorded").rglob("*.journal.log.gz")):
+        for line in gzip.decompress(journal.read_bytes()).decode().splitlines():
+            race = json.loads(line).get("user_attr", {}).get("race") if '"race"' in line else None
+            if race:
+                assert disturbance(race) is None, journal
+                spreads += [max(us) / min(us) for us in (race["cublas_us"], *race["kernel_us"]) if us]
+    assert len(spreads) > 600 and statistics.quantiles(spreads, n=100)[98] < 1.15 and 1.4 * max(spreads) < DISTURBED
+
+
 @pytest.mark.parametrize(("study", "ships"), [("draw3_0", False), ("draw2_0", True)])
 def test_the_recorded_races_of_two_random_layers(tmp_path, study, ships):
     """Recorded on one H200 (studies/recorded/h200-2026-12-02-random2 and -random3). 2792x64x256's
@@ -149,6 +182,18 @@ class RacingReplay(ReplayEvaluator):
         return Race(kernel_us=tuple(tuple(self.race_us(c.key)[:rounds]) for c, _ in field),
                     cublas_us=tuple(self.cublas_us[:rounds]), errors=(None,) * len(field), reps=30,
                     fallback_us=self.fallback_us and tuple(self.fallback_us[:rounds]))
+
+
+class DisturbedReplay(RacingReplay):
+    """RacingReplay whose races time cuBLAS as planted, one list of rounds a race (the last repeats)."""
+
+    def __init__(self, race_us, cublas_rounds: list[list[float]]) -> None:
+        super().__init__(race_us, cublas_rounds[0])
+        self.queue = list(cublas_rounds)
+
+    def race(self, layer, field, rounds):
+        self.cublas_us = self.queue.pop(0) if len(self.queue) > 1 else self.queue[0]
+        return super().race(layer, field, rounds)
 
 
 def _search(tmp_path: Path, evaluator, monkeypatch, events=None):
@@ -246,3 +291,34 @@ def test_a_tied_race_is_counted_and_shown_as_the_cublas_fallback(tmp_path, monke
     print_summary(console, s)
     text = console.export_text()
     assert "4 of its 5 rounds: a tie with cuBLAS: an export will call cuBLAS" in text and "cuBLAS is faster" not in text
+
+
+def test_a_disturbed_race_is_run_again(tmp_path, monkeypatch):
+    order = _recorded_order()
+    disturbed, steady = [14.0, 14.5, 60.0, 14.8, 14.1], [14.0, 14.5, 14.2, 14.8, 14.1]
+    evaluator = DisturbedReplay(lambda key: [13.0 if key == order[1] else 25.0] * 5, [disturbed, steady])
+    events = []
+    result, _ = _search(tmp_path, evaluator, monkeypatch, events=lambda name, data: events.append((name, data)))
+    assert [name for name, _ in events[-4:]] == ["racing", "race disturbed", "racing", "raced"]
+    assert events[-3][1] == {"reason": "cuBLAS's rounds took 14.0-60.0 µs, 4.3x apart", "again": True}
+    assert len(evaluator.raced) == 2 and result.best.config.key == order[1] and result.cublas_us == 14.2
+    assert "race of 4 kernels" in result.verdict.basis and result.verdict.kernel_ships
+
+
+def test_a_race_disturbed_every_time_leaves_the_verdict_to_the_trials_and_is_run_again_on_resume(
+        tmp_path, monkeypatch):
+    order = _recorded_order()
+    evaluator = DisturbedReplay(lambda key: [13.0 if key == order[1] else 25.0] * 5, [[14.0, 14.5, 60.0, 14.8, 14.1]])
+    events = []
+    result, _ = _search(tmp_path, evaluator, monkeypatch, events=lambda name, data: events.append((name, data)))
+    disturbed = [data for name, data in events if name == "race disturbed"]
+    assert len(evaluator.raced) == 3 and [d["again"] for d in disturbed] == [True, True, False]
+    assert result.best.config.key == order[0] and result.verdict.raced_us is None  # the fastest trial
+    assert "(the race was disturbed: cuBLAS's rounds took 14.0-60.0 µs, 4.3x apart)" in result.verdict.basis
+    console = Console(record=True, width=200)
+    print_summary(console, summary(result))
+    assert "the race was disturbed: cuBLAS's rounds took 14.0-60.0 µs" in console.export_text()
+    # The disturbed race does not stand: resumed with nothing left to run, the search races again.
+    evaluator.queue = [[14.0, 14.5, 14.2, 14.8, 14.1]]
+    again, _ = _search(tmp_path, evaluator, monkeypatch)
+    assert len(evaluator.raced) == 4 and again.best.config.key == order[1] and again.cublas_us == 14.2

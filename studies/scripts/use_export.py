@@ -10,12 +10,15 @@ fallback whose GPU work is F.linear's own measured 0.93-0.97x of it. ROUNDS is a
 two and of three calls, so each call goes first equally often: in the 55 recorded runs of 5
 rounds the export's speedup was 1.7% higher (median) in the rounds it went first
 (studies/scripts/round_order.py). Each time is the median of the rounds' medians, and each
-round's median is kept.
+round's median is kept. Rounds that show a disturbed GPU (cutsearch.verdict.unsteady: a call's
+slowest round over twice its fastest) are all timed again, up to ATTEMPTS times; `disturbed`
+says why where the last attempt was disturbed too.
 """
 
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -23,9 +26,11 @@ import torch.nn.functional as F
 
 import cutsearch
 from cold_l2 import timed
+from cutsearch.verdict import unsteady
 
 ROUNDS = 6
 REPS = 20  # a round's repetitions of each call
+ATTEMPTS = 3
 
 
 def in_rounds(calls: dict) -> dict:
@@ -70,7 +75,12 @@ def main():
     calls = {"ours": lambda: fc(x, out=y), "theirs": lambda: act(F.linear(x, w, b))}
     if b is None and spec["activation"] == "none":  # such a layer may call torch.mm instead: time that too
         calls["mm"] = lambda: torch.mm(x, w.t())
-    times = in_rounds(calls)
+    for attempt in range(1, ATTEMPTS + 1):
+        times = in_rounds(calls)
+        disturbed = "; ".join(n for label, t in times.items() if (n := unsteady(label, t["round_medians_us"])))
+        if not disturbed:
+            break
+        print(f"disturbed: {disturbed}" + ("; timing again" if attempt < ATTEMPTS else ""), file=sys.stderr)
     ours, theirs, mm = times["ours"], times["theirs"], times.get("mm")
     # Host cost of one call (arguments already bound), the calls queued without waiting for the GPU.
     torch.cuda.synchronize()
@@ -85,7 +95,7 @@ def main():
         "speedup_import": theirs["median_us"] / ours["median_us"],
         "speedup_search": fc.meta.get("speedup"),
         "search_us": (fc.meta.get("timing_us") or {}).get("median_us"),
-        "host_us_per_call_async": host_us, "load_s": load_s,
+        "host_us_per_call_async": host_us, "load_s": load_s, "attempts": attempt, "disturbed": disturbed or None,
         "command": "python studies/scripts/use_export.py " + args.export,
     }
     result["import_vs_search"] = (result["speedup_import"] / result["speedup_search"]

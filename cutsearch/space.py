@@ -556,7 +556,8 @@ def views_apply(layer: Layer, config: Config) -> bool:
 VIEWS_MAX_COST = 4
 # On an H100, in one run, the views with a tail beat the copy of x on the two layers of six where
 # this ratio was 0.79 and 1.05 (by 2.3-2.9 µs), and lost by 6-16 µs where it was 1.10-2.39: the
-# line lies between (studies/recorded/h100-2026-12-05-view-tails/).
+# line lies between (studies/recorded/h100-2026-12-05-view-tails/). On the H200 the two won again,
+# by 2.9 µs (studies/recorded/h200-2026-12-05-tails-kept/).
 TAIL_MAX_COST = 1.075
 COPY_LAUNCH_US = 2.0  # a copy kernel's launch and drain beside the GEMM (the model's copy_overhead_us)
 

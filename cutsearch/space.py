@@ -143,8 +143,8 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     # A caller's padded buffers fix the pitch whatever the config. TMA needs aligned pitches,
     # not extents: N is padded only where it is y's row pitch.
     pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
-    if config.split_k and pad_k != layer.k and layer.input == "contiguous":
-        pad_k = split_k_pitch(layer.k, vec)  # x is copied anyway: a pitch that many slice counts cut
+    if config.split_k and config.pad and layer.input == "contiguous" and split_k_pads_k(layer):
+        pad_k = split_k_pitch(layer.k, vec)  # a pitch that many slice counts cut
     transposed = layer.output == "transposed"
     # The SIMT epilogues store rows of any pitch: for them `pad` pads K alone,
     # since padding N would only add y's copy.
@@ -159,9 +159,29 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
 def split_k_pitch(k: int, vec: int) -> int:
     """The row pitch of x and W for split-K where K is padded: a multiple of `slices` 16-byte
     vectors, the most slices (up to 128) whose padding costs at most 1/32 of K in zeros, so that
-    every power of two up to them cuts K into 16-byte slices."""
+    every power of two up to them cuts K into 16-byte slices. Where K is such a multiple already,
+    K itself."""
     slices = max(s for s in (1, *SPLITS) if s & (s - 1) == 0 and (s == 1 or s * vec * 32 <= k))
     return pad_to(k, slices * vec)
+
+
+def k_slices(k: int, vec: int) -> int:
+    """The most slices of SPLITS that cut K into whole 16-byte vectors (1: none)."""
+    return max((s for s in SPLITS if k % (s * vec) == 0), default=1)
+
+
+# 2x23x24512 won in 8 slices of its own K (2.05x, studies/recorded/h200-2026-12-03-heads/), with
+# N padded and x not copied.
+SPLIT_K_OWN_SLICES = 8
+
+
+def split_k_pads_k(layer: Layer) -> bool:
+    """Whether split-K's padded configs pad K to split_k_pitch: where K is unaligned (x is copied
+    anyway); where N is aligned (padding has nothing else to do); and where K's own 16-byte
+    slices stop below SPLIT_K_OWN_SLICES (K = 5000 has none, 100000 four). An aligned K buys the
+    pitch with a copy of x."""
+    vec = 16 // BYTES[layer.dtype]
+    return layer.k % vec != 0 or layer.n % vec == 0 or k_slices(layer.k, vec) < SPLIT_K_OWN_SLICES
 
 
 def smem_bytes(config: Config, dtype: str, stages: int) -> int:
@@ -579,18 +599,20 @@ class Space:
     schedules: tuple[str, ...] = SCHEDULES
     stages: tuple[int, ...] = DEFAULT_STAGES
     swap_ab: tuple[bool, ...] = (False, True)
-    pad: tuple[bool, ...] | None = None  # default: (False, True) where the layer is unaligned
+    pad: tuple[bool, ...] | None = None  # default: (False, True) where the layer is unaligned or split-K pads K
     # (False, True): also split-K, where split_k_helps. None: where split_k_pays.
     split_k: tuple[bool, ...] | None = None
 
     def dimensions(self) -> dict[str, tuple[Any, ...]]:
         vec = 16 // BYTES[self.layer.dtype]
-        aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0
-        pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
         contiguous = self.layer.input == "contiguous" and self.layer.output == "contiguous"
         offered = contiguous and split_k_helps(self.layer)
         wanted = self.split_k if self.split_k is not None else (False, True) if split_k_pays(self.layer) else (False,)
         split = tuple(v for v in wanted if offered or not v) or (False,)
+        # Padding is offered where rows are unaligned, and where split-K would pad K to its pitch.
+        aligned = (self.layer.k % vec == 0 and self.layer.n % vec == 0
+                   and (True not in split or split_k_pitch(self.layer.k, vec) == self.layer.k))
+        pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
         # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.
         schedules = self.schedules if True in split else tuple(s for s in self.schedules if "/fixup/" not in s)
         tile_n = self.tile_n if self.tile_n is not None else tuple(sorted(TILE_N + fitted_tile_n(self.layer)))

@@ -133,6 +133,10 @@ CASES = {
     "split-k-padded-n1": (Layer(m=3, n=1, k=8192, dtype="bf16", bias=True),
                           Config(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="ws", epilogue_schedule="tma",
                                  tile_scheduler="grid", swap_ab=True, pad=True, split_k=True)),
+    # An aligned K that 16-byte slices do not cut (5000), copied to a pitch that they do.
+    "split-k-pitched-aligned": (Layer(m=5, n=16, k=5000, dtype="bf16", bias=True, activation="silu"),
+                                Config(tile_m=64, tile_n=16, tile_k=32, kernel_schedule="ws", epilogue_schedule="tma",
+                                       tile_scheduler="grid", swap_ab=True, pad=True, split_k=True)),
     # The non-persistent kernel (a grid of all the tiles): swapped with a cluster, y's unaligned
     # rows stored by nosmem, and M = 1 with x and y copied.
     "ws-swapped-cluster": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
@@ -412,7 +416,8 @@ def test_split_k_on_the_ws_grid_computes_the_layer_in_every_slice_count(built, n
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, splits", [("split-k-padded-tiny", [2, 4, 8, 16, 32, 64, 128]),
-                                          ("split-k-padded-direct", [2, 4, 8]), ("split-k-padded-n1", [2, 4, 8, 16, 32])])
+                                          ("split-k-padded-direct", [2, 4, 8]), ("split-k-padded-n1", [2, 4, 8, 16, 32]),
+                                          ("split-k-pitched-aligned", [2, 4, 8, 16, 32, 64])])
 def test_split_k_with_k_or_n_padded_computes_the_layer_in_every_slice_count(built, name, splits):
     """Every slice count and launch overlap passes the float64 check; so do the best variant with
     x handed over at the kernel's pitch and with y accepted padded (the reduction kernel's pitch)."""
@@ -421,7 +426,7 @@ def test_split_k_with_k_or_n_padded_computes_the_layer_in_every_slice_count(buil
     assert sorted({k.splits for k in knobs}) == splits
     with WorkerProcess(0) as worker:
         reply = assert_every_variant_passes(worker, built, name, knobs)
-    padded = {"x padded"} if layer.k % 8 else set()
+    padded = {"x padded"} if kernel_problem(layer, config).pad_k != layer.k else set()
     assert {io for io, _ in reply.io_variants} == padded | {"kernel only"}, reply.io_variants
 
 

@@ -23,7 +23,7 @@ from cutsearch.model import predict_us
 from cutsearch.problem import ACTIVATIONS, BYTES, DTYPES, INT32_MAX, MAX_LAYER_BYTES, Layer, load_layers, pad_to
 from cutsearch.space import (
     CLUSTERS, EPILOGUE_SCHEDULES, KERNEL_SCHEDULES, SIMT_EPILOGUES, SMEM_BYTES, STAGES, TILE_K, TILE_M, TILE_N, TILE_SCHEDULERS,
-    Config, Space, invalid_reason, kernel_problem, knob_grid, row_views, smem_bytes, split_k_pitch,
+    Config, Space, invalid_reason, kernel_problem, knob_grid, row_views, smem_bytes, split_k_pads_k, split_k_pitch,
 )
 
 # No deadline (CI machines are slow) and no example database written into the checkout.
@@ -261,8 +261,8 @@ def test_valid_configs_have_consistent_kernel_problems(case):
     vec = 16 // BYTES[layer.dtype]
     assert kp.align_ab == vec and kp.pad_k % kp.align_ab == 0  # the TMA mainloop's 16-byte rows
     assert kp.pad_n % kp.align_d == 0 and (kp.align_d == vec or c.epilogue_schedule in SIMT_EPILOGUES)
-    # Split-K pads an unaligned K further, to a pitch its slices cut (x is copied either way).
-    top_k = split_k_pitch(layer.k, vec) if c.split_k and layer.k % vec else pad_to(layer.k, vec)
+    # Split-K pads K to a pitch its slices cut where split_k_pads_k says so.
+    top_k = split_k_pitch(layer.k, vec) if c.split_k and split_k_pads_k(layer) else pad_to(layer.k, vec)
     assert kp.k == kp.pad_k and kp.pad_k in (layer.k, top_k) and layer.n <= kp.pad_n < layer.n + vec
     if not c.pad:
         assert (kp.pad_k, kp.pad_n) == (layer.k, layer.n)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from cutsearch.problem import Layer
-from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, SM_COUNT, TILE_K,
-                             TILE_N, Config, Knobs, Space, copies, fitted_tile_n, invalid_reason, kernel_problem,
-                             knob_grid, output_ctas, own_copy_applies, own_copy_built, smem_bytes, split_k_pays,
-                             split_k_pitch)
+from cutsearch.space import (CLUSTERS, DEFAULT_CLUSTERS, DEFAULT_TILE_K, SCHEDULES, SIMT_EPILOGUES, SM_COUNT,
+                             SPLIT_K_OWN_SLICES, TILE_K, TILE_N, Config, Knobs, Space, copies, copies_x, fitted_tile_n,
+                             invalid_reason, k_slices, kernel_problem, knob_grid, output_ctas, own_copy_applies,
+                             own_copy_built, smem_bytes, split_k_pads_k, split_k_pays, split_k_pitch)
 
 ALIGNED = Layer(m=4096, n=4096, k=4096)
 UNALIGNED_K = Layer(m=512, n=1024, k=999)
@@ -299,9 +299,39 @@ def test_split_k_pads_an_unaligned_k_to_a_pitch_that_many_slice_counts_cut():
     # The fixup epilogue stores y itself, at the kernel's pitch: not where N is padded.
     fixup = dataclasses.replace(ws, epilogue_schedule="fixup")
     assert "fixup epilogue needs K and N in 16-byte rows" in invalid_reason(tiny, fixup)
-    # An aligned K keeps its pitch: padding it would add a copy of x to every call.
-    aligned_k = dataclasses.replace(tiny, k=100000)
-    assert kernel_problem(aligned_k, ws).pad_k == 100000
+    # An aligned K that cuts into 8 slices or more keeps its pitch where padding pads N: padding K
+    # too would add a copy of x to every call (2x23x24512 won in 8 slices without one).
+    aligned_k = dataclasses.replace(tiny, k=24512)
+    assert k_slices(24512, 8) == 8 and kernel_problem(aligned_k, ws).pad_k == 24512
+
+
+def test_split_k_may_pad_an_aligned_k_that_few_slice_counts_cut():
+    # 100000 = 8 x 12500 cuts into 16-byte slices only 2 or 4 ways, 5000 in none: unpadded, one
+    # output tile would stream K through at most four SMs. Padding copies x to a pitch that up to
+    # 128 slices cut.
+    ws = cfg(tile_m=64, tile_n=16, tile_k=32, kernel_schedule="ws", tile_scheduler="grid", swap_ab=True, split_k=True)
+    for k, unpadded in ((100000, [2, 4]), (5000, [])):
+        assert k_slices(k, 8) < SPLIT_K_OWN_SLICES
+        layer = Layer(m=7, n=16, k=k)
+        assert Space(layer).dimensions()["pad"] == (False, True)
+        assert kernel_problem(layer, ws).pad_k == k  # no copy of x unless the config pads
+        if unpadded:
+            assert sorted({kn.splits for kn in knob_grid(ws, layer)}) == unpadded
+        else:
+            assert "has no split into 16-byte slices" in invalid_reason(layer, ws)
+        padded = dataclasses.replace(ws, pad=True)
+        kp = kernel_problem(layer, padded)
+        assert invalid_reason(layer, padded) is None and kp.pad_k == split_k_pitch(k, 8) > k
+        assert max(kn.splits for kn in knob_grid(padded, layer)) == (128 if k == 100000 else 64)
+        assert all(copies_x(layer, kp, kn) for kn in knob_grid(padded, layer))  # each call pays the copy
+        # Padding means nothing to a config without split-K here.
+        assert "no-op" in invalid_reason(layer, dataclasses.replace(padded, split_k=False))
+        # With N unaligned too, padding pads both (a ten-class head).
+        ten = dataclasses.replace(layer, n=10)
+        assert split_k_pads_k(ten) and kernel_problem(ten, padded).pad_k == kp.pad_k
+    # A K that the slices cut keeps its pitch, and padding is not offered.
+    layer = Layer(m=7, n=16, k=65536)
+    assert split_k_pitch(65536, 8) == 65536 and Space(layer).dimensions()["pad"] == (False,)
 
 
 def test_split_k_pitch_costs_at_most_a_32nd_of_k_in_zeros():

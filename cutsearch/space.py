@@ -402,8 +402,8 @@ def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
     if c.tile_scheduler not in ("persistent", "grid") or c.epilogue_schedule not in ("tma", "fixup"):
         return ("split-K runs on the persistent scheduler or the ws grid, with the TMA epilogue and a reduction "
                 "kernel or with the fixup epilogue (stream-K splits on its own)")
-    if layer.input != "contiguous" or layer.output != "contiguous":
-        return "split-K needs contiguous x and y"
+    if layer.output == "transposed":
+        return "split-K's reduction writes y in rows, not y^T"
     if c.epilogue_schedule == "fixup" and (kp.pad_k != layer.k or kp.pad_n != layer.n):
         return "split-K's fixup epilogue needs K and N in 16-byte rows (the reduction kernel pads)"
     if not k_splits(c, kp, layer.dtype):
@@ -605,8 +605,9 @@ class Space:
 
     def dimensions(self) -> dict[str, tuple[Any, ...]]:
         vec = 16 // BYTES[self.layer.dtype]
-        contiguous = self.layer.input == "contiguous" and self.layer.output == "contiguous"
-        offered = contiguous and split_k_helps(self.layer)
+        # A caller's padded x keeps its pitch: split-K is offered where that pitch cuts into slices.
+        cut = self.layer.input == "contiguous" or k_slices(self.layer.x_pitch, vec) > 1
+        offered = cut and self.layer.output != "transposed" and split_k_helps(self.layer)
         wanted = self.split_k if self.split_k is not None else (False, True) if split_k_pays(self.layer) else (False,)
         split = tuple(v for v in wanted if offered or not v) or (False,)
         # Padding is offered where rows are unaligned, and where split-K would pad K to its pitch.

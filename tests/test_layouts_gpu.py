@@ -137,6 +137,11 @@ CASES = {
     "split-k-pitched-aligned": (Layer(m=5, n=16, k=5000, dtype="bf16", bias=True, activation="silu"),
                                 Config(tile_m=64, tile_n=16, tile_k=32, kernel_schedule="ws", epilogue_schedule="tma",
                                        tile_scheduler="grid", swap_ab=True, pad=True, split_k=True)),
+    # x handed over at the caller's pitch (4096 for K = 4095) and y accepted at its own: no copies.
+    "split-k-caller-padded": (Layer(m=7, n=9, k=4095, dtype="f16", bias=True, activation="gelu", input="padded",
+                                    output="padded"),
+                              Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
+                                     tile_scheduler="grid", swap_ab=True, split_k=True)),
     # The non-persistent kernel (a grid of all the tiles): swapped with a cluster, y's unaligned
     # rows stored by nosmem, and M = 1 with x and y copied.
     "ws-swapped-cluster": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
@@ -417,17 +422,22 @@ def test_split_k_on_the_ws_grid_computes_the_layer_in_every_slice_count(built, n
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, splits", [("split-k-padded-tiny", [2, 4, 8, 16, 32, 64, 128]),
                                           ("split-k-padded-direct", [2, 4, 8]), ("split-k-padded-n1", [2, 4, 8, 16, 32]),
-                                          ("split-k-pitched-aligned", [2, 4, 8, 16, 32, 64])])
+                                          ("split-k-pitched-aligned", [2, 4, 8, 16, 32, 64]),
+                                          ("split-k-caller-padded", [2, 4, 8, 16, 32])])
 def test_split_k_with_k_or_n_padded_computes_the_layer_in_every_slice_count(built, name, splits):
     """Every slice count and launch overlap passes the float64 check; so do the best variant with
-    x handed over at the kernel's pitch and with y accepted padded (the reduction kernel's pitch)."""
+    x handed over at the kernel's pitch and with y accepted padded (the reduction kernel's pitch),
+    where the layer copies them."""
     layer, config = CASES[name]
+    kp = kernel_problem(layer, config)
     knobs = tuple(knob_grid(config, layer))
     assert sorted({k.splits for k in knobs}) == splits
     with WorkerProcess(0) as worker:
         reply = assert_every_variant_passes(worker, built, name, knobs)
-    padded = {"x padded"} if kernel_problem(layer, config).pad_k != layer.k else set()
-    assert {io for io, _ in reply.io_variants} == padded | {"kernel only"}, reply.io_variants
+    x_copied = kp.pad_k != layer.k and layer.input == "contiguous"
+    y_copied = kp.pad_n != layer.n and layer.output == "contiguous"
+    want = {"x padded"} if x_copied else set()
+    assert {io for io, _ in reply.io_variants} == want | ({"kernel only"} if y_copied else set()), reply.io_variants
 
 
 def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> Measurement:
@@ -435,7 +445,8 @@ def assert_every_variant_passes(worker, built, name: str, knobs: tuple) -> Measu
     kp = kernel_problem(layer, config)
     request = MeasureRequest(library=str(built[name].library), m=layer.m, n=layer.n, k=layer.k,
                              dtype=layer.dtype, bias=layer.bias, activation=layer.activation,
-                             pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs, reps=5, warmup=1)
+                             pad_n=kp.pad_n, pad_k=kp.pad_k, knobs=knobs, input=layer.input, output=layer.output,
+                             reps=5, warmup=1)
     reply = worker.call(request, timeout_s=300)
     assert isinstance(reply, Measurement), (name, reply)
     assert {k for k, _ in reply.variants} == set(knobs), (name, reply.variants)

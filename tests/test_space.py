@@ -217,15 +217,17 @@ def test_split_k_is_searched_on_request_only_where_the_output_tiles_leave_sms_id
     assert Space(DECODE, split_k=both).dimensions()["split_k"] == both
     assert Space(ALIGNED, split_k=both).dimensions()["split_k"] == (False,)  # 4096 x 4096: 1024 128x128 tiles
     assert Space(ODD, split_k=both).dimensions()["split_k"] == (False,)  # 3000 x 1001: over a 128x128 tile an SM
-    for io in ({"input": "padded"}, {"output": "transposed"}, {"output": "padded"}):  # x and y as they are
-        assert Space(dataclasses.replace(DECODE, **io), split_k=both).dimensions()["split_k"] == (False,)
+    # A caller's padded buffers: the same rows as contiguous ones where K and N are aligned.
+    for io in ({"input": "padded"}, {"output": "padded"}, {"input": "padded", "output": "padded"}):
+        assert Space(dataclasses.replace(DECODE, **io), split_k=both).dimensions()["split_k"] == both
+    assert Space(dataclasses.replace(DECODE, output="transposed"), split_k=both).dimensions()["split_k"] == (False,)
     split = cfg(tile_m=64, tile_n=16, kernel_schedule="pingpong", swap_ab=True, split_k=True)
     assert invalid_reason(DECODE, split) is None
     assert split.key.endswith("_swap_splitk") and Config.from_dict(split.to_dict()) == split
     assert "less than one 128x128 tile per SM" in invalid_reason(ALIGNED, dataclasses.replace(split, tile_m=128))
     assert "persistent scheduler or the ws grid, with the TMA epilogue" in invalid_reason(
         DECODE, dataclasses.replace(split, tile_m=128, kernel_schedule="cooperative", tile_scheduler="streamk"))
-    assert "contiguous x and y" in invalid_reason(dataclasses.replace(DECODE, output="transposed"), split)
+    assert "not y^T" in invalid_reason(dataclasses.replace(DECODE, output="transposed"), split)
     assert "no split into 16-byte slices" in invalid_reason(dataclasses.replace(DECODE, k=264), split)
 
 
@@ -332,6 +334,23 @@ def test_split_k_may_pad_an_aligned_k_that_few_slice_counts_cut():
     # A K that the slices cut keeps its pitch, and padding is not offered.
     layer = Layer(m=7, n=16, k=65536)
     assert split_k_pitch(65536, 8) == 65536 and Space(layer).dimensions()["pad"] == (False,)
+
+
+def test_split_k_reads_a_padded_x_at_the_callers_pitch_where_that_pitch_cuts():
+    ws = cfg(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", tile_scheduler="grid", swap_ab=True, split_k=True)
+    # 7x9x4095 with x handed over at pitch 4096 and y accepted at pitch 16: no copy either way.
+    layer = Layer(m=7, n=9, k=4095, input="padded", output="padded")
+    assert Space(layer).dimensions()["split_k"] == (False, True)
+    kp = kernel_problem(layer, ws)
+    assert (kp.pad_k, kp.pad_n) == (4096, 16) and invalid_reason(layer, ws) is None
+    grid = knob_grid(ws, layer)
+    assert sorted({kn.splits for kn in grid}) == [2, 4, 8, 16, 32] and not any(copies(layer, kp, kn) for kn in grid)
+    # Its pitch fixed, padding has nothing to pad, and the fixup needs x's own K.
+    assert "no-op" in invalid_reason(layer, dataclasses.replace(ws, pad=True))
+    assert "fixup epilogue needs K and N" in invalid_reason(layer, dataclasses.replace(ws, epilogue_schedule="fixup"))
+    # 20001 is handed over at 20008 = 8 x 41 x 61, which no slice count cuts: split-K is not offered.
+    odd = Layer(m=7, n=9, k=20001, input="padded")
+    assert split_k_pays(odd) and Space(odd).dimensions()["split_k"] == (False,)
 
 
 def test_split_k_pitch_costs_at_most_a_32nd_of_k_in_zeros():

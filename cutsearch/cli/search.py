@@ -95,8 +95,9 @@ def search_cmd(
         from cutsearch.space import Space
 
         if Space(layer, split_k=(False, True)).dimensions()["split_k"] == (False,):
-            err.print("[yellow]--split-k: not searched for this layer: split-K needs K and N in 16-byte rows, "
-                      "contiguous x and y, and an output smaller than one 128x128 tile per SM[/]")
+            err.print("[yellow]--split-k: not searched for this layer: split-K needs an output smaller than one "
+                      "128x128 tile per SM, y in rows (not y^T), and a padded x's pitch that cuts into 16-byte "
+                      "slices[/]")
     with ProgressView(err, trials=trials) as view:
         result = tuner.tune(layer, trials=trials, timeout_s=seconds, study=study, storage=storage,
                             evaluator=evaluator, gpu=gpu, jobs=jobs, batch=batch, recording=recording, sampler=sampler,

@@ -48,7 +48,7 @@ if unknown := [n for n in only if n not in layers]:
 for name in only:
     l = layers[name]
     print(f"{name}{sys.argv[3]}|--m {l.m} --n {l.n} --k {l.k} --dtype {l.dtype} {'--bias' if l.bias else '--no-bias'} "
-          f"--activation {l.activation}")
+          f"--activation {l.activation} --input {l.input} --output {l.output}")
 PY
 )
 [ ${#layers[@]} -gt 0 ] || exit 2

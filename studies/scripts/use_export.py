@@ -60,19 +60,25 @@ def main():
     spec = fc.meta["layer"]
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
     m, n, k = spec["M"], spec["N"], spec["K"]
-    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    # The layouts the layer was searched for: x handed over in rows of x_pitch (the padding finite,
+    # not zero), y written padded or as y^T. F.linear reads the same x.
+    layout = fc.spec
+    x_rows = torch.full((m, layout.x_pitch), 3.0, device="cuda", dtype=dtype)
+    x_rows[:, :k] = torch.randn(m, k, device="cuda", dtype=dtype)
+    x = x_rows[:, :k]
     w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
     b = torch.randn(n, device="cuda", dtype=dtype) if spec["bias"] else None
     act = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}[spec["activation"]]
     fc.prepare(w, b)
 
-    y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-    fc(x, out=y)
+    y = torch.full(layout.y_shape, float("nan"), device="cuda", dtype=dtype)
+    fc(x_rows, out=y)
+    y_view = y.T if layout.output == "transposed" else y[:, :n]
     ref = act(x.double() @ w.double().T + (b.double() if b is not None else 0))
-    err = float(torch.linalg.norm(y.double() - ref) / torch.linalg.norm(ref))
+    err = float(torch.linalg.norm(y_view.double() - ref) / torch.linalg.norm(ref))
     assert err < 1e-2, f"relative error {err}"
 
-    calls = {"ours": lambda: fc(x, out=y), "theirs": lambda: act(F.linear(x, w, b))}
+    calls = {"ours": lambda: fc(x_rows, out=y), "theirs": lambda: act(F.linear(x, w, b))}
     if b is None and spec["activation"] == "none":  # such a layer may call torch.mm instead: time that too
         calls["mm"] = lambda: torch.mm(x, w.t())
     for attempt in range(1, ATTEMPTS + 1):
@@ -86,7 +92,7 @@ def main():
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(200):
-        fc(x, out=y)
+        fc(x_rows, out=y)
     host_us = (time.perf_counter() - t0) / 200 * 1e6
     result = {
         "export": args.export, "layer": spec, "backend": fc.backend, "gpu": torch.cuda.get_device_name(),

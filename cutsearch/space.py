@@ -610,9 +610,11 @@ class Space:
         offered = cut and self.layer.output != "transposed" and split_k_helps(self.layer)
         wanted = self.split_k if self.split_k is not None else (False, True) if split_k_pays(self.layer) else (False,)
         split = tuple(v for v in wanted if offered or not v) or (False,)
-        # Padding is offered where rows are unaligned, and where split-K would pad K to its pitch.
-        aligned = (self.layer.k % vec == 0 and self.layer.n % vec == 0
-                   and (True not in split or split_k_pitch(self.layer.k, vec) == self.layer.k))
+        # Padding is offered where rows are unaligned, and where split-K would pad K to its pitch
+        # (a caller's padded x keeps its own).
+        pitched = (True in split and self.layer.input == "contiguous"
+                   and split_k_pitch(self.layer.k, vec) != self.layer.k)
+        aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0 and not pitched
         pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
         # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.
         schedules = self.schedules if True in split else tuple(s for s in self.schedules if "/fixup/" not in s)

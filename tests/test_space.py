@@ -348,6 +348,9 @@ def test_split_k_reads_a_padded_x_at_the_callers_pitch_where_that_pitch_cuts():
     # Its pitch fixed, padding has nothing to pad, and the fixup needs x's own K.
     assert "no-op" in invalid_reason(layer, dataclasses.replace(ws, pad=True))
     assert "fixup epilogue needs K and N" in invalid_reason(layer, dataclasses.replace(ws, epilogue_schedule="fixup"))
+    # A padded x keeps its pitch, so split-K gives padding nothing to do where the layer is aligned.
+    aligned = Layer(m=7, n=16, k=24512, input="padded")
+    assert Space(aligned).dimensions()["split_k"] == (False, True) and Space(aligned).dimensions()["pad"] == (False,)
     # 20001 is handed over at 20008 = 8 x 41 x 61, which no slice count cuts: split-K is not offered.
     odd = Layer(m=7, n=9, k=20001, input="padded")
     assert split_k_pays(odd) and Space(odd).dimensions()["split_k"] == (False,)

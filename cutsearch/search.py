@@ -135,9 +135,11 @@ def _hopeless(study: optuna.Study, layer: Layer, space: Space) -> set[str]:
 
 def _recorded_space(study: optuna.Study, space: Space) -> Space:
     """A resumed study keeps the choices it was made with: Optuna refuses changed choices, and
-    a newer cutsearch may offer more (a new epilogue schedule, say)."""
+    a newer cutsearch may offer more (a new epilogue schedule, say, or padding where split-K
+    copies x to its pitch)."""
     fields = {"tile_m": "tile_m", "tile_n": "tile_n", "tile_k": "tile_k", "cluster": "clusters",
-              "schedule": "schedules", "stages": "stages", "split_k": "split_k"}
+              "schedule": "schedules", "stages": "stages", "swap_ab": "swap_ab", "pad": "pad",
+              "split_k": "split_k"}
     kept: dict[str, tuple] = {}
     for trial in study.get_trials(deepcopy=False):
         for name, field in fields.items():

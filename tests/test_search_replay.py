@@ -288,6 +288,22 @@ def test_a_study_made_before_the_staged_epilogue_resumes_with_its_own_choices(tm
     assert all("staged" not in t.params["schedule"] and t.params["tile_k"] == 64 for t in before)
 
 
+def test_a_study_made_before_padding_was_offered_resumes_with_its_own_choices(tmp_path):
+    """16x16x5000 had no padding choice before split-K copied an aligned x to its pitch; a study
+    made then resumes under the default space, which offers it, instead of Optuna's refusal."""
+    from cutsearch.evaluator import ModelEvaluator
+
+    layer = Layer(m=16, n=16, k=5000, bias=True)
+    assert Space(layer).dimensions()["pad"] == (False, True)
+    narrow = dict(tile_m=(64,), tile_n=(16, 32), clusters=((1, 1),))
+    _, before = run(tmp_path, layer, ModelEvaluator(), Space(layer, pad=(False,), swap_ab=(True,), **narrow),
+                    trials=3, warm=0)
+    goal = len(counted(before)) + 2
+    result, before = run(tmp_path, layer, ModelEvaluator(), Space(layer, **narrow), trials=goal, warm=0)
+    assert result.trials == len(counted(before)) == goal
+    assert all(t.params["pad"] is False and t.params["swap_ab"] is True for t in before)
+
+
 def test_equally_fast_trials_make_the_earlier_one_best_whatever_order_they_finish_in(tmp_path):
     """Timings come in steps, so two kernels can tie. The best persisted during the search (the
     exported kernel) must be the one the study reports at its end."""

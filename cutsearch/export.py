@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cutsearch import codegen, persist
-from cutsearch.abi import ABI_VERSION, io_flags
+from cutsearch.abi import ABI_VERSION, caller_x, io_flags
 from cutsearch.compiler import ARCH
 from cutsearch.errors import UserError
 from cutsearch.problem import Layer
@@ -117,7 +117,8 @@ def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: di
         pad_n=pad_n, pad_k=pad_k, raster=knobs.get("raster", 0), swizzle=knobs.get("swizzle", 1),
         splits=knobs.get("splits", 1), decomposition=knobs.get("decomposition", 0),
         reduction=knobs.get("reduction", 0),
-        io=io_flags(layer.input == "padded", layer.output == "padded", knobs),
+        io=io_flags(y_padded=layer.output == "padded", knobs=knobs, **caller_x(layer.input == "padded",
+                                                                               layer.x_pitch, pad_k)),
         x_pitch=layer.x_pitch, y_rows=layer.y_shape[0], y_pitch=layer.y_shape[1],
         transposed=int(layer.output == "transposed"))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cutsearch import persist
-from cutsearch.abi import ABI_VERSION, io_flags, open_library
+from cutsearch.abi import ABI_VERSION, caller_x, io_flags, open_library
 from cutsearch.problem import Layer
 from cutsearch.errors import UserError
 
@@ -239,7 +239,8 @@ class FcLayer:
         if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
                                kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
                                kn.get("decomposition", 0), kn.get("reduction", 0),
-                               io_flags(self._x_padded, self._y_layout == "padded", kn)):
+                               io_flags(y_padded=self._y_layout == "padded", knobs=kn,
+                                        **caller_x(self._x_padded, self._x_pitch, self.pad_k))):
             raise RuntimeError(f"cutsearch: no kernel handle for M={m}: {self._lib.cs_error(None).decode()}")
         workspace = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
         found = self._handles[m] = _Handle(handle, workspace, _Tensor(workspace).ptr)

@@ -149,8 +149,9 @@ def _per_call_us(layer: Layer, config: Config, kp: KernelProblem, views: RowView
     W's extra reads (and the views' tail), and the persistent scheduler a grid saves."""
     e = BYTES[layer.dtype]
     terms = []
-    # A pitched copy reads and writes its bytes once. A caller's padded buffers need none.
-    if kp.pad_k != layer.k and layer.input == "contiguous" and views is None:
+    # A pitched copy reads and writes its bytes once. A caller's padded x needs none, but for
+    # split-K's longer pitch.
+    if kp.pad_k != layer.x_pitch and views is None:
         terms.append(coeff.copy_overhead_us + 2 * layer.m * layer.k * e / PEAK_BYTES_PER_S * 1e6)
     reduces = config.split_k and config.epilogue_schedule != "fixup"
     if kp.pad_n != layer.n and layer.output == "contiguous" and not reduces:  # the reduction writes y

@@ -140,10 +140,10 @@ class KernelProblem:
 
 def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     vec = 16 // BYTES[layer.dtype]
-    # A caller's padded buffers fix the pitch whatever the config. TMA needs aligned pitches,
-    # not extents: N is padded only where it is y's row pitch.
+    # A caller's padded x keeps its pitch, except where split-K copies it to a longer one. TMA
+    # needs aligned pitches, not extents: N is padded only where it is y's row pitch.
     pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
-    if config.split_k and config.pad and layer.input == "contiguous" and split_k_pads_k(layer):
+    if config.split_k and config.pad and split_k_pads_k(layer):
         pad_k = split_k_pitch(layer.k, vec)  # a pitch that many slice counts cut
     transposed = layer.output == "transposed"
     # The SIMT epilogues store rows of any pitch: for them `pad` pads K alone,
@@ -176,12 +176,13 @@ SPLIT_K_OWN_SLICES = 8
 
 
 def split_k_pads_k(layer: Layer) -> bool:
-    """Whether split-K's padded configs pad K to split_k_pitch: where K is unaligned (x is copied
-    anyway); where N is aligned (padding has nothing else to do); and where K's own 16-byte
-    slices stop below SPLIT_K_OWN_SLICES (K = 5000 has none, 100000 four). An aligned K buys the
-    pitch with a copy of x."""
+    """Whether split-K's padded configs pad K to split_k_pitch: where x's rows are unaligned (x is
+    copied anyway); where N is aligned (padding has nothing else to do); and where the 16-byte
+    slices of x's pitch stop below SPLIT_K_OWN_SLICES (K = 5000 has none, 100000 four). Aligned
+    rows, a caller's padded x among them, buy the pitch with a copy of x."""
     vec = 16 // BYTES[layer.dtype]
-    return layer.k % vec != 0 or layer.n % vec == 0 or k_slices(layer.k, vec) < SPLIT_K_OWN_SLICES
+    return (layer.x_pitch % vec != 0 or layer.n % vec == 0
+            or k_slices(layer.x_pitch, vec) < SPLIT_K_OWN_SLICES)
 
 
 def smem_bytes(config: Config, dtype: str, stages: int) -> int:
@@ -487,8 +488,9 @@ OWN_COPY_MAX_WRITERS = 32
 
 
 def copies_x(layer: Layer, kp: KernelProblem, knobs: Knobs | None = None) -> bool:
-    """Whether a call copies x into a padded buffer before the GEMM."""
-    return kp.pad_k != layer.k and layer.input != "padded" and not (knobs and knobs.views)
+    """Whether a call copies x into a padded buffer before the GEMM (a caller's padded x only to
+    split-K's pitch)."""
+    return kp.pad_k != layer.x_pitch and not (knobs and knobs.views)
 
 
 def copies(layer: Layer, kp: KernelProblem, knobs: Knobs | None = None) -> bool:
@@ -605,15 +607,15 @@ class Space:
 
     def dimensions(self) -> dict[str, tuple[Any, ...]]:
         vec = 16 // BYTES[self.layer.dtype]
-        # A caller's padded x keeps its pitch: split-K is offered where that pitch cuts into slices.
-        cut = self.layer.input == "contiguous" or k_slices(self.layer.x_pitch, vec) > 1
+        # Slices cut x's own pitch or split-K's, to which a padded config copies x.
+        cut = (self.layer.input == "contiguous"
+               or max(k_slices(self.layer.x_pitch, vec), k_slices(split_k_pitch(self.layer.k, vec), vec)) > 1)
         offered = cut and self.layer.output != "transposed" and split_k_helps(self.layer)
         wanted = self.split_k if self.split_k is not None else (False, True) if split_k_pays(self.layer) else (False,)
         split = tuple(v for v in wanted if offered or not v) or (False,)
-        # Padding is offered where rows are unaligned, and where split-K would pad K to its pitch
-        # (a caller's padded x keeps its own).
-        pitched = (True in split and self.layer.input == "contiguous"
-                   and split_k_pitch(self.layer.k, vec) != self.layer.k)
+        # Padding is offered where rows are unaligned, and where split-K would copy x to its pitch.
+        pitched = (True in split and split_k_pads_k(self.layer)
+                   and split_k_pitch(self.layer.k, vec) != self.layer.x_pitch)
         aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0 and not pitched
         pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
         # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.

@@ -21,9 +21,10 @@ import os
 import traceback
 from typing import Any, Callable
 
-from cutsearch.abi import io_flags
+from cutsearch.abi import caller_x, io_flags
 from cutsearch.outcome import Failure, FailureKind, Measurement, Race, Timing
 from cutsearch.pool import READY
+from cutsearch.problem import BYTES, pad_to
 from cutsearch.space import Knobs
 
 TOLERANCE = 1e-2
@@ -67,6 +68,11 @@ class LayerRequest:
     seed: int = 0
     reps: int = REPS
     warmup: int = WARMUP
+
+    @property
+    def x_pitch(self) -> int:
+        """x's row pitch as the caller hands it over: K, or K in 16-byte rows where padded."""
+        return pad_to(self.k, 16 // BYTES[self.dtype]) if self.input == "padded" else self.k
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -242,6 +248,14 @@ class _Inputs:
         # x as a caller with a padded buffer holds it: row pitch pad_k, zero padding.
         self.x_padded = torch.zeros(r.m, pad_k, device="cuda", dtype=dtype)
         self.x_padded[:, : r.k] = self.x
+        # x as this layer's caller holds it; a padded one's pitch is shorter where split-K copies
+        # x to its own.
+        self.x_caller = self.x
+        if r.input == "padded":
+            self.x_caller = self.x_padded
+            if r.x_pitch != pad_k:
+                self.x_caller = torch.zeros(r.m, r.x_pitch, device="cuda", dtype=dtype)
+                self.x_caller[:, : r.k] = self.x
         self.w = torch.randn(r.n, r.k, device="cuda", dtype=dtype, generator=gen) / r.k ** 0.5
         self.b = torch.randn(r.n, device="cuda", dtype=dtype, generator=gen) if r.bias else None
         # The weight re-layout happens once, at export time: it is not timed.
@@ -262,7 +276,7 @@ class _Inputs:
     def baseline(self):
         F = self.torch.nn.functional
         # The same x the candidate gets: a padded caller hands F.linear a strided view.
-        x = self.x_padded[:, : self.r.k] if self.r.input == "padded" else self.x
+        x = self.x_caller[:, : self.r.k]
         return _ACT[self.r.activation](F.linear(x, self.w, self.b), F)
 
 
@@ -284,18 +298,21 @@ class _Launches:
         self.handles: list[ctypes.c_void_p] = []
         self.workspaces: list[Any] = []
 
-    def bind(self, knobs: Knobs, x_padded: bool, y: Any, y_padded: bool) -> Callable[[], None]:
-        """A layer call on one run-time variant; raises RuntimeError with the launcher's message."""
+    def bind(self, knobs: Knobs, y: Any, y_padded: bool, *, x_at_pad_k: bool = False) -> Callable[[], None]:
+        """A layer call on one run-time variant, on x as the caller holds it or (x_at_pad_k) at
+        the kernel's pitch; raises RuntimeError with the launcher's message."""
         torch, lib, r, inputs = self.torch, self.lib, self.r, self.inputs
         handle = ctypes.c_void_p()
+        x_io = ({"x_padded": True, "x_aligned": False} if x_at_pad_k
+                else caller_x(r.input == "padded", r.x_pitch, self.pad_k))
         if lib.cs_create(ctypes.byref(handle), r.m, r.n, r.k, self.pad_n, self.pad_k, torch.cuda.current_device(),
                          knobs.raster, knobs.swizzle, knobs.splits, knobs.decomposition, knobs.reduction,
-                         io_flags(x_padded, y_padded, knobs.to_dict())):
+                         io_flags(y_padded=y_padded, knobs=knobs.to_dict(), **x_io)):
             raise RuntimeError(lib.cs_error(None).decode())
         self.handles.append(handle)
         workspace = torch.empty(max(1, lib.cs_workspace_size(handle)), dtype=torch.uint8, device="cuda")
         self.workspaces.append(workspace)
-        x = inputs.x_padded if x_padded else inputs.x
+        x = inputs.x_padded if x_at_pad_k else inputs.x_caller
         b_ptr = inputs.b_prepared.data_ptr() if inputs.b_prepared is not None else None
         if lib.cs_bind(handle, x.data_ptr(), inputs.w_prepared.data_ptr(), b_ptr, y.data_ptr(), workspace.data_ptr()):
             raise RuntimeError(lib.cs_error(handle).decode())
@@ -338,7 +355,7 @@ def _measure(torch, r: MeasureRequest, state: dict[str, Any]) -> Measurement | F
     try:
         for knobs in r.knobs:
             try:
-                call = launches.bind(knobs, r.input == "padded", out.buffer, r.output == "padded")
+                call = launches.bind(knobs, out.buffer, r.output == "padded")
                 err = checked(call, out.view)
             except RuntimeError as exc:
                 _raise_if_poisoned(torch, knobs, exc)
@@ -395,7 +412,7 @@ def _race(torch, r: RaceRequest, state: dict[str, Any]) -> Race:
             launch = _Launches(torch, _load(entry.library, state), r, held, *pads)
             launches.append(launch)
             try:
-                call = launch.bind(entry.knobs, r.input == "padded", out.buffer, r.output == "padded")
+                call = launch.bind(entry.knobs, out.buffer, r.output == "padded")
                 err = _checked(torch, call, out.view, ref)
             except RuntimeError as exc:
                 _raise_if_poisoned(torch, entry.knobs, exc)
@@ -432,7 +449,7 @@ def _floors(torch, bench) -> tuple[tuple[str, Timing], ...]:
 def _io_variants(torch, r, knobs, bound_call, checked, bench, out) -> tuple[tuple[str, Timing], ...]:
     """The winner again without the per-call copies that a caller with padded buffers avoids."""
     modes = []
-    if r.pad_k != r.k and r.input != "padded":
+    if r.pad_k != r.x_pitch:  # x copied per call (a padded caller's to split-K's pitch)
         modes.append(("x padded", out.buffer, out.view, r.output == "padded"))
     if r.pad_n != r.n and r.output == "contiguous":
         y = torch.empty(r.m, r.pad_n, device="cuda", dtype=out.buffer.dtype)
@@ -440,7 +457,7 @@ def _io_variants(torch, r, knobs, bound_call, checked, bench, out) -> tuple[tupl
     found = []
     for name, y, view, y_padded in modes:
         try:
-            call = bound_call(knobs, True, y, y_padded)
+            call = bound_call(knobs, y, y_padded, x_at_pad_k=True)
             # A figure is reported only for a result that is right.
             if not checked(call, view) < TOLERANCE:
                 continue

@@ -10,7 +10,8 @@
 namespace cutsearch_abi {
 
 // The io flags cs_create knows (cutsearch_fc.h's CS_IO_*).
-constexpr int kKnownIo = 63;
+constexpr int kKnownIo = 127;
+constexpr int kXPadded = 1, kXAligned = 64;
 
 // A failed cs_create has no handle to hold its reason: it waits here, one per thread, for cs_error(NULL).
 inline thread_local char create_error[256];
@@ -30,6 +31,8 @@ inline int check_create(int m, int n, int k, int pad_n, int pad_k, int device, i
   if (pad_n < n || pad_k < k)
     return refuse("cs_create: pad_n and pad_k (%d, %d) must be at least n and k (%d, %d)", pad_n, pad_k, n, k);
   if (io & ~kKnownIo) return refuse("cs_create: unknown io flags 0x%x", io & ~kKnownIo);
+  if ((io & kXPadded) && (io & kXAligned))
+    return refuse("cs_create: x comes at pitch pad_k (CS_IO_X_PADDED) or K's 16-byte rows (CS_IO_X_ALIGNED), not both");
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess) return refuse("cs_create: %s", cudaGetErrorString(e));

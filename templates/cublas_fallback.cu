@@ -137,7 +137,7 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return cutsearch_abi::refuse("cs_create: out of host memory");
   h->m = m; h->n = n; h->k = k;
-  h->x_ld = io & 1 ? (k + 7) / 8 * 8 : k;
+  h->x_ld = io & (cutsearch_abi::kXPadded | cutsearch_abi::kXAligned) ? (k + 7) / 8 * 8 : k;
   h->y_ld = CS_OUT_T ? m : io & 2 ? (n + 7) / 8 * 8 : n;
   // Column-major, as cuBLASLt sees it. y: D = W^T' x^T, N x M with y's pitch; y^T: D = x W^T... as
   // M x N with pitch M. A is the transposed operand, K-major either way.

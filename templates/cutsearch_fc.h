@@ -42,6 +42,8 @@ const char* cs_kernel_name(void);
 /* Returns 0 on success; otherwise cs_error(NULL) says why, on the calling thread. m may differ
    from CUTSEARCH_FC_M (correct, but not tuned for it). */
 /* io: CS_IO_X_PADDED when x arrives with row pitch pad_k (padding columns finite),
+   CS_IO_X_ALIGNED when it arrives with K rounded up to 16-byte rows (CUTSEARCH_FC_X_PITCH), to be
+   copied to pad_k where that is longer (split-K's pitch; not with CS_IO_X_PADDED),
    CS_IO_Y_PADDED when y may be written with row pitch pad_n, CS_IO_PDL to overlap the call's
    kernels, copies, GEMM and the views' tail (programmatic dependent launch), CS_IO_X_VIEWS to
    read an x whose rows are not 16-byte aligned in place instead of copying it (x 16-byte
@@ -58,6 +60,7 @@ const char* cs_kernel_name(void);
 #define CS_IO_X_VIEWS 8
 #define CS_IO_W_PREFETCH 16
 #define CS_IO_X_OWN_COPY 32
+#define CS_IO_X_ALIGNED 64
 int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device,
               int raster, int swizzle, int splits, int decomposition, int reduction, int io);
 /* Bytes of device workspace the caller provides to cs_bind. Keep it for this layer alone while

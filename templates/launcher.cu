@@ -4,6 +4,8 @@
 //   CS_SWAP_AB : the kernel computes y^T = W x^T (kernel M = N, kernel N = M).
 //   pad_k > K  : x is copied per call into a zero-padded workspace buffer, unless the caller
 //                hands x over already padded (CS_IO_X_PADDED: row pitch pad_k, finite padding).
+//                CS_IO_X_ALIGNED: x comes in 16-byte rows (pitch K rounded up), copied where
+//                pad_k is longer (split-K's pitch, which more slice counts cut).
 //   pad_n > N  : the kernel writes a padded output that is copied into y, unless the caller
 //                accepts y padded (CS_IO_Y_PADDED: row pitch pad_n).
 // A transposed output (y^T, N x M) is a property of the kernel's D layout, not of this file.
@@ -20,7 +22,7 @@
 //                rows, if any, are computed by a second kernel against the unshifted copy
 //                (templates/tail.cuh). Where M = 1, x's one row is read in place with the
 //                kernel's K cut where it ends (TMA fills the rest of the last k-block with
-//                zeros), against W as it is. Ignored where x comes padded or 1 < M < P: x is
+//                zeros), against W as it is. Ignored where x comes in 16-byte rows or 1 < M < P: x is
 //                then copied.
 //   CS_IO_W_PREFETCH : with CS_IO_PDL and a copy of x, the GEMM asks L2 for W while it waits
 //                for the copy (templates/mainloop.cuh).
@@ -151,10 +153,11 @@ StrideC unbound_c_stride(StrideD const& dD) {
 using namespace cutsearch_impl;
 
 enum { CS_IO_X_PADDED = 1, CS_IO_Y_PADDED = 2, CS_IO_PDL = 4, CS_IO_X_VIEWS = 8, CS_IO_W_PREFETCH = 16,
-       CS_IO_X_OWN_COPY = 32 };
+       CS_IO_X_OWN_COPY = 32, CS_IO_X_ALIGNED = 64 };
 
 struct cs_layer {
   int m, n, k, pad_n, pad_k, io;
+  int x_pitch;  // x's row pitch as the caller hands it over: k, pad_k (CS_IO_X_PADDED) or K's 16-byte rows
   int km, kn, kk;  // the kernel's problem after the transforms
   int splits = 1;  // K slices under CS_SPLIT_K
   int views = 1, view_shift = 0;  // x's row views (P) and each one's shift (q) under CS_IO_X_VIEWS
@@ -216,17 +219,18 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return cutsearch_abi::refuse("cs_create: out of host memory");
   h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k; h->io = io;
+  h->x_pitch = io & CS_IO_X_PADDED ? pad_k : io & CS_IO_X_ALIGNED ? (k + vec - 1) / vec * vec : k;
   h->kk = pad_k;
 #if CS_SPLIT_K
   h->splits = h->batches = splits;
   h->kk = pad_k / splits;
 #elif !CS_Y_TRANSPOSED
-  if (kBatchedD && (io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m >= vec / gcd(k, vec)) {
+  if (kBatchedD && (io & CS_IO_X_VIEWS) && h->x_pitch == k && pad_k != k && m >= vec / gcd(k, vec)) {
     h->views = h->batches = vec / gcd(k, vec);
     h->view_shift = k % vec;
     h->tail = m % h->views;
     h->kk = k + (h->views - 1) * h->view_shift;  // a vector multiple: the last view ends at row P * (M / P) of x
-  } else if ((io & CS_IO_X_VIEWS) && !(io & CS_IO_X_PADDED) && pad_k != k && m == 1) {
+  } else if ((io & CS_IO_X_VIEWS) && h->x_pitch == k && pad_k != k && m == 1) {
     // One row has no pitch to align: TMA reads it up to K and fills the rest with zeros.
     h->k_cut = true;
     h->kk = k;
@@ -246,10 +250,10 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   const size_t epilogue_ws = GemmKernel::CollectiveEpilogue::get_workspace_size(probe.problem_shape, probe.epilogue);
   h->epilogue_ws = h->kernel_ws < epilogue_ws;
   if (h->epilogue_ws) h->kernel_ws = epilogue_ws;
-  h->x_pad_bytes = pad_k != k && !(io & CS_IO_X_PADDED) && h->views == 1 && !h->k_cut ? size_t(m) * pad_k * sizeof(ElementA) : 0;
+  h->x_pad_bytes = pad_k != h->x_pitch && h->views == 1 && !h->k_cut ? size_t(m) * pad_k * sizeof(ElementA) : 0;
 #if CS_OWN_COPY
   // x is copied only without the views, so the kernel's batch, if any, is split-K's slices.
-  h->own_copy = (io & CS_IO_X_OWN_COPY) && h->x_pad_bytes &&
+  h->own_copy = (io & CS_IO_X_OWN_COPY) && h->x_pad_bytes && h->x_pitch == k &&  // it reads rows of pitch k
                 GemmKernel::CollectiveMainloop::copies_rows_of(h->splits > 1 ? h->kk : k);
 #endif
   // P copies of W, [P, pad_n, K'], and one row of slack that the last copy's shifted rows reach.
@@ -385,7 +389,7 @@ int cs_run(cs_layer* h, void* stream) {
   }
   if (h->x_pad_bytes && !h->own_copy) {
     cutsearch_copy::launch_repitch(reinterpret_cast<ElementA*>(x_pad), h->pad_k,
-                                   static_cast<const ElementA*>(h->x), h->k, h->m, h->k, s,
+                                   static_cast<const ElementA*>(h->x), h->x_pitch, h->m, h->k, s,
                                    /*pdl=*/false, /*trigger=*/pdl);
   }
   // Stream-K and split-K's fixup count arrivals in the workspace: stream-K before every launch,

@@ -116,7 +116,9 @@ BAD_CREATES = [
     ((0, 64, 64, 64, 64, 0, 0), "cs_create: m, n and k must be positive, not 0, 64, 64"),
     ((16, 64, -1, 64, 64, 0, 0), "cs_create: m, n and k must be positive, not 16, 64, -1"),
     ((16, 64, 64, 56, 64, 0, 0), "cs_create: pad_n and pad_k (56, 64) must be at least n and k (64, 64)"),
-    ((16, 64, 64, 64, 64, 0, 64), "cs_create: unknown io flags 0x40"),
+    ((16, 64, 64, 64, 64, 0, 128), "cs_create: unknown io flags 0x80"),
+    ((16, 64, 64, 64, 64, 0, 65), "cs_create: x comes at pitch pad_k (CS_IO_X_PADDED) or K's 16-byte rows "
+                                  "(CS_IO_X_ALIGNED), not both"),
 ]
 
 

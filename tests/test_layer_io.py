@@ -70,7 +70,7 @@ def test_every_io_flag_has_the_same_value_in_python_the_launcher_and_the_export_
     in_launcher = {n.strip()[3:]: int(v) for n, v in (item.split("=") for item in enum.split(","))}
     header = (TEMPLATES / "cutsearch_fc.h").read_text()
     in_header = {n[3:]: int(v) for n, v in re.findall(r"#define (CS_IO_\w+) (\d+)", header)}
-    assert len(ours) == 6 and ours == in_launcher == in_header
+    assert len(ours) == 7 and ours == in_launcher == in_header
 
 
 def test_the_export_header_passes_the_searched_launch_mode_to_cs_create():
@@ -82,3 +82,10 @@ def test_the_export_header_passes_the_searched_launch_mode_to_cs_create():
     contiguous = Layer(m=300, n=1001, k=999, bias=True)
     text = _header(contiguous, kernel_name="k", pad_n=1001, pad_k=1000, knobs={"raster": 1, "views": 1})
     assert "#define CUTSEARCH_FC_IO 8" in text and "#define CS_IO_X_VIEWS 8" in text
+    # A padded x that split-K copies to its pitch comes in K's 16-byte rows, not at pad_k.
+    odd = Layer(m=7, n=9, k=20001, bias=True, input="padded")
+    text = _header(odd, kernel_name="k", pad_n=16, pad_k=20480, knobs={"splits": 64, "pdl": 1})
+    assert "#define CUTSEARCH_FC_IO 68" in text and "#define CS_IO_X_ALIGNED 64" in text
+    assert "#define CUTSEARCH_FC_X_PITCH 20008" in text and "#define CUTSEARCH_FC_PAD_K 20480" in text
+    # The cuBLAS fallback's pad_k is K: it reads the padded x where it lies.
+    assert "#define CUTSEARCH_FC_IO 1" in _header(odd, kernel_name="k", pad_n=9, pad_k=20001, knobs={})

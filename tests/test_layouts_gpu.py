@@ -142,6 +142,13 @@ CASES = {
                                     output="padded"),
                               Config(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", epilogue_schedule="tma",
                                      tile_scheduler="grid", swap_ab=True, split_k=True)),
+    # x handed over at the caller's pitch (20008 for K = 20001, which no slice count cuts) and
+    # copied to split-K's (20480).
+    "split-k-caller-padded-pitched": (Layer(m=7, n=9, k=20001, dtype="f16", bias=True, activation="gelu",
+                                            input="padded", output="padded"),
+                                      Config(tile_m=64, tile_n=16, tile_k=128, kernel_schedule="ws",
+                                             epilogue_schedule="tma", tile_scheduler="grid", swap_ab=True, pad=True,
+                                             split_k=True)),
     # The non-persistent kernel (a grid of all the tiles): swapped with a cluster, y's unaligned
     # rows stored by nosmem, and M = 1 with x and y copied.
     "ws-swapped-cluster": (SMALL_M, Config(tile_m=64, tile_n=16, tile_k=64, cluster_m=2, kernel_schedule="ws",
@@ -423,7 +430,8 @@ def test_split_k_on_the_ws_grid_computes_the_layer_in_every_slice_count(built, n
 @pytest.mark.parametrize("name, splits", [("split-k-padded-tiny", [2, 4, 8, 16, 32, 64, 128]),
                                           ("split-k-padded-direct", [2, 4, 8]), ("split-k-padded-n1", [2, 4, 8, 16, 32]),
                                           ("split-k-pitched-aligned", [2, 4, 8, 16, 32, 64]),
-                                          ("split-k-caller-padded", [2, 4, 8, 16, 32])])
+                                          ("split-k-caller-padded", [2, 4, 8, 16, 32]),
+                                          ("split-k-caller-padded-pitched", [2, 4, 8, 16, 32, 64])])
 def test_split_k_with_k_or_n_padded_computes_the_layer_in_every_slice_count(built, name, splits):
     """Every slice count and launch overlap passes the float64 check; so do the best variant with
     x handed over at the kernel's pitch and with y accepted padded (the reduction kernel's pitch),
@@ -434,7 +442,7 @@ def test_split_k_with_k_or_n_padded_computes_the_layer_in_every_slice_count(buil
     assert sorted({k.splits for k in knobs}) == splits
     with WorkerProcess(0) as worker:
         reply = assert_every_variant_passes(worker, built, name, knobs)
-    x_copied = kp.pad_k != layer.k and layer.input == "contiguous"
+    x_copied = kp.pad_k != layer.x_pitch  # a caller's padded x, too, to split-K's pitch
     y_copied = kp.pad_n != layer.n and layer.output == "contiguous"
     want = {"x padded"} if x_copied else set()
     assert {io for io, _ in reply.io_variants} == want | ({"kernel only"} if y_copied else set()), reply.io_variants

@@ -163,3 +163,17 @@ print("ok", err(out), err(returned))
 ], ids=["x-and-y-padded-f16", "y-transposed-bf16-relu"])
 def test_a_layout_export_through_load_in_a_fresh_process_is_correct(layer, private_dirs, tmp_path):
     _run_script(LAYOUT_SCRIPT, search_and_export(layer, tmp_path / "export"))
+
+
+@pytest.mark.nvcc
+def test_a_padded_x_copied_to_split_ks_pitch_through_load_is_correct(private_dirs, tmp_path):
+    """K = 20001 arrives at pitch 20008, which no slice count cuts: the model's first picks copy
+    x to split-K's pitch, so `cutsearch.load` hands the library x in K's 16-byte rows
+    (IO_X_ALIGNED) and the call copies it, its padding columns (3.0 here) left behind."""
+    import json
+
+    layer = Layer(m=7, n=9, k=20001, dtype="f16", bias=True, activation="gelu", input="padded")
+    exported = search_and_export(layer, tmp_path / "export")
+    pad_k = json.loads((exported / "meta.json").read_text())["transforms"]["pad_k"]
+    assert pad_k > layer.x_pitch == 20008, pad_k
+    _run_script(LAYOUT_SCRIPT, exported)

@@ -345,15 +345,36 @@ def test_split_k_reads_a_padded_x_at_the_callers_pitch_where_that_pitch_cuts():
     assert (kp.pad_k, kp.pad_n) == (4096, 16) and invalid_reason(layer, ws) is None
     grid = knob_grid(ws, layer)
     assert sorted({kn.splits for kn in grid}) == [2, 4, 8, 16, 32] and not any(copies(layer, kp, kn) for kn in grid)
-    # Its pitch fixed, padding has nothing to pad, and the fixup needs x's own K.
+    # 4096 cuts 8 ways and more: padding has nothing to pad, and the fixup needs x's own K.
     assert "no-op" in invalid_reason(layer, dataclasses.replace(ws, pad=True))
     assert "fixup epilogue needs K and N" in invalid_reason(layer, dataclasses.replace(ws, epilogue_schedule="fixup"))
-    # A padded x keeps its pitch, so split-K gives padding nothing to do where the layer is aligned.
+
+
+def test_a_padded_x_is_copied_to_split_ks_pitch_where_its_own_cuts_few_slices():
+    """A caller's padded x is searched as a contiguous one is: where its pitch cuts fewer than
+    SPLIT_K_OWN_SLICES ways (or N is aligned), padding copies it to split-K's pitch. The call
+    then reads x in K's 16-byte rows (IO_X_ALIGNED), not at the kernel's pitch."""
+    from cutsearch.abi import IO_X_ALIGNED, IO_X_PADDED, caller_x, io_flags
+
+    ws = cfg(tile_m=64, tile_n=16, tile_k=64, kernel_schedule="ws", tile_scheduler="grid", swap_ab=True, split_k=True)
+    # An aligned K: padded x is contiguous x, with the same choices.
     aligned = Layer(m=7, n=16, k=24512, input="padded")
-    assert Space(aligned).dimensions()["split_k"] == (False, True) and Space(aligned).dimensions()["pad"] == (False,)
-    # 20001 is handed over at 20008 = 8 x 41 x 61, which no slice count cuts: split-K is not offered.
-    odd = Layer(m=7, n=9, k=20001, input="padded")
-    assert split_k_pays(odd) and Space(odd).dimensions()["split_k"] == (False,)
+    assert Space(aligned).dimensions() == Space(dataclasses.replace(aligned, input="contiguous")).dimensions()
+    # 20001 is handed over at 20008 = 8 x 41 x 61, which no slice count cuts; split-K's pitch does.
+    odd = Layer(m=7, n=9, k=20001, input="padded", output="padded")
+    assert split_k_pays(odd) and Space(odd).dimensions()["split_k"] == (False, True)
+    assert Space(odd).dimensions()["pad"] == (False, True)
+    assert "no split into 16-byte slices" in invalid_reason(odd, ws)
+    pitched = dataclasses.replace(ws, pad=True)
+    kp = kernel_problem(odd, pitched)
+    assert (odd.x_pitch, kp.pad_k, kp.pad_n) == (20008, 20480, 16) and invalid_reason(odd, pitched) is None
+    assert {kn.splits for kn in knob_grid(pitched, odd)} >= {2, 4, 8, 16, 32} and copies_x(odd, kp)
+    flags = io_flags(y_padded=True, **caller_x(True, odd.x_pitch, kp.pad_k))
+    assert flags & IO_X_ALIGNED and not flags & IO_X_PADDED
+    # Without split-K's pitch the caller's x is read where it lies.
+    kp = kernel_problem(odd, cfg(tile_m=64, tile_n=16, tile_k=64, swap_ab=True))
+    assert kp.pad_k == 20008 and not copies_x(odd, kp)
+    assert caller_x(True, 20008, 20008) == {"x_padded": True, "x_aligned": False}
 
 
 def test_split_k_pitch_costs_at_most_a_32nd_of_k_in_zeros():

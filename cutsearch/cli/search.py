@@ -96,7 +96,7 @@ def search_cmd(
 
         if Space(layer, split_k=(False, True)).dimensions()["split_k"] == (False,):
             err.print("[yellow]--split-k: not searched for this layer: split-K needs an output smaller than one "
-                      "128x128 tile per SM, y in rows (not y^T), and a padded x's pitch that cuts into 16-byte "
+                      "128x128 tile per SM, y in rows (not y^T), and x's pitch or split-K's cut into 16-byte "
                       "slices[/]")
     with ProgressView(err, trials=trials) as view:
         result = tuner.tune(layer, trials=trials, timeout_s=seconds, study=study, storage=storage,

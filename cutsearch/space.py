@@ -616,7 +616,7 @@ class Space:
         # Padding is offered where rows are unaligned, and where split-K would copy x to its pitch.
         pitched = (True in split and split_k_pads_k(self.layer)
                    and split_k_pitch(self.layer.k, vec) != self.layer.x_pitch)
-        aligned = self.layer.k % vec == 0 and self.layer.n % vec == 0 and not pitched
+        aligned = self.layer.x_pitch % vec == 0 and self.layer.n % vec == 0 and not pitched
         pad = self.pad if self.pad is not None else ((False,) if aligned else (False, True))
         # The fixup epilogue exists only for split-K: without it, its schedules are dead choices.
         schedules = self.schedules if True in split else tuple(s for s in self.schedules if "/fixup/" not in s)

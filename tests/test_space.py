@@ -350,6 +350,15 @@ def test_split_k_reads_a_padded_x_at_the_callers_pitch_where_that_pitch_cuts():
     assert "fixup epilogue needs K and N" in invalid_reason(layer, dataclasses.replace(ws, epilogue_schedule="fixup"))
 
 
+def test_padding_is_no_choice_where_the_caller_has_padded_x_and_n_is_aligned():
+    """x's rows are the caller's, 16-byte aligned: padding would pad nothing."""
+    padded = Layer(m=300, n=1000, k=999, input="padded")
+    assert Space(padded).dimensions()["pad"] == (False,)
+    assert all(invalid_reason(padded, dataclasses.replace(c, pad=True)) for c in list(Space(padded))[:50])
+    assert Space(dataclasses.replace(padded, n=1001)).dimensions()["pad"] == (False, True)
+    assert Space(dataclasses.replace(padded, input="contiguous")).dimensions()["pad"] == (False, True)
+
+
 def test_a_padded_x_is_copied_to_split_ks_pitch_where_its_own_cuts_few_slices():
     """A caller's padded x is searched as a contiguous one is: where its pitch cuts fewer than
     SPLIT_K_OWN_SLICES ways (or N is aligned), padding copies it to split-K's pitch. The call

@@ -86,11 +86,6 @@ class MeasureRequest(LayerRequest):
     baseline: bool = True
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BaselineRequest(LayerRequest):
-    """Time cuBLAS alone."""
-
-
 @dataclasses.dataclass(frozen=True)
 class RaceEntry:
     """One built kernel of a race, with the run-time arguments its trial chose."""
@@ -156,10 +151,6 @@ def handle(request: Any, state: dict[str, Any]) -> Any:
     torch = _torch(state)
     if isinstance(request, DeviceInfoRequest):
         return _device_info(torch, state["gpu"])
-    if isinstance(request, BaselineRequest):
-        bench = _Bench(torch, request.reps, request.warmup)
-        inputs = _Inputs(torch, request, request.n, request.k)
-        return bench.time(lambda: inputs.baseline())
     if isinstance(request, MeasureRequest):
         return _measure(torch, request, state)
     if isinstance(request, RaceRequest):

@@ -107,7 +107,7 @@ class Layer:
 
     @property
     def x_pitch(self) -> int:
-        return pad_to(self.k, self.vector) if self.input == "padded" else self.k
+        return x_pitch(self.k, self.dtype, self.input)
 
     @property
     def y_shape(self) -> tuple[int, int]:
@@ -151,6 +151,11 @@ class Layer:
         return cls(m=m, n=n, k=k, dtype=data.get("dtype", "f16"), bias=bias,
                    activation=data.get("activation", "none"), input=data.get("input", "contiguous"),
                    output=data.get("output", "contiguous"), name=data.get("name", name))
+
+
+def x_pitch(k: int, dtype: str, input: str) -> int:
+    """x's row pitch as the caller hands it over: K, or K in 16-byte rows where padded."""
+    return pad_to(k, 16 // BYTES[dtype]) if input == "padded" else k
 
 
 def pad_to(value: int, multiple: int) -> int:

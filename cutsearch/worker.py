@@ -24,7 +24,7 @@ from typing import Any, Callable
 from cutsearch.abi import caller_x, io_flags
 from cutsearch.outcome import Failure, FailureKind, Measurement, Race, Timing
 from cutsearch.pool import READY
-from cutsearch.problem import BYTES, pad_to
+from cutsearch.problem import x_pitch
 from cutsearch.space import Knobs
 
 TOLERANCE = 1e-2
@@ -71,8 +71,7 @@ class LayerRequest:
 
     @property
     def x_pitch(self) -> int:
-        """x's row pitch as the caller hands it over: K, or K in 16-byte rows where padded."""
-        return pad_to(self.k, 16 // BYTES[self.dtype]) if self.input == "padded" else self.k
+        return x_pitch(self.k, self.dtype, self.input)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -123,16 +123,19 @@ def _header(layer: Layer, *, kernel_name: str, pad_n: int, pad_k: int, knobs: di
         transposed=int(layer.output == "transposed"))
 
 
-def _layouts(layer: Layer) -> str:
+def _layouts(layer: Layer, pad_k: int) -> str:
     x = (f"x is [M, {layer.x_pitch}] (K = {layer.k} padded to 16-byte rows; padding finite)"
          if layer.input == "padded" else f"x is [M, {layer.k}] contiguous")
+    if pad_k > layer.x_pitch:
+        x += (f"; the kernel's own pitch is {pad_k}: x may also come as [M, {pad_k}] (padding finite), read "
+              "where it lies, with nothing copied per call (`fc.kernel_x_pitch`; from C, `CS_IO_X_PADDED`)")
     y = {"contiguous": f"y is [M, {layer.n}] contiguous",
          "padded": f"y is [M, {layer.y_shape[1]}] (N = {layer.n} padded to 16-byte rows)",
          "transposed": f"y is y^T, [{layer.n}, M] contiguous"}[layer.output]
     return f"{x}; {y}."
 
 
-def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:
+def _common_files(layer: Layer, *, backend: str, header: str, pad_k: int) -> dict[str, str]:
     return {
         HEADER: header,
         "CMakeLists.txt": codegen.render_template("CMakeLists.txt", cutlass_version=codegen.cutlass_version(),
@@ -140,7 +143,7 @@ def _common_files(layer: Layer, *, backend: str, header: str) -> dict[str, str]:
         "example.cpp": codegen.render_template("example.cpp"),
         "README.md": codegen.render_template("export_README.md", shape=layer.shape, dtype=layer.dtype,
                                              backend=backend, library=LIBRARY, header=HEADER,
-                                             layouts=_layouts(layer)),
+                                             layouts=_layouts(layer, pad_k)),
     }
 
 
@@ -148,7 +151,7 @@ def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any], verdict: str)
     transforms = meta["transforms"]
     source = (best / "kernel.cu").read_text()
     name = next((line.split()[-1] for line in source.splitlines() if line.startswith("// Gemm operator")), "kernel")
-    files: dict[str, Any] = _common_files(layer, backend="cutlass", header=_header(
+    files: dict[str, Any] = _common_files(layer, backend="cutlass", pad_k=transforms["pad_k"], header=_header(
         layer, kernel_name=name, pad_n=transforms["pad_n"], pad_k=transforms["pad_k"], knobs=meta["knobs"]))
     files["kernel.cu"] = best / "kernel.cu"
     files[LIBRARY] = best / "kernel.so"
@@ -165,7 +168,7 @@ def _fallback_export(layer: Layer, reason: str, judged: dict[str, Any] | None) -
     """`judged`: the best kernel's figures, as judged now or else as persisted; or the fallback's,
     where its fused cuBLASLt call won the race (then `speedup` is the fallback's, as raced)."""
     source = codegen.render_fallback(layer)
-    files: dict[str, Any] = _common_files(layer, backend="cublas", header=_header(
+    files: dict[str, Any] = _common_files(layer, backend="cublas", pad_k=layer.k, header=_header(
         layer, kernel_name="cublas_fallback", pad_n=layer.n, pad_k=layer.k, knobs={}))
     files["kernel.cu"] = source.code
     built, problem = _build_fallback(source)

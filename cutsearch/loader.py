@@ -117,9 +117,9 @@ class FcLayer:
         self.knobs = meta.get("knobs") or {}
         self._lib = open_library(path / meta["library"]) if meta.get("library") and self._calls_library() else None
         self.via = "torch" if self._lib is None else meta["library"]  # what each call runs
-        # One handle, workspace and binding per M. Not per stream: a CUDA graph captured after an
-        # eager call must reuse the bound handle, whose one-time work is done.
-        self._handles: dict[int, _Handle] = {}
+        # One handle, workspace and binding per M and x pitch. Not per stream: a CUDA graph
+        # captured after an eager call must reuse the bound handle, whose one-time work is done.
+        self._handles: dict[tuple[int, bool], _Handle] = {}
         self._lock = threading.Lock()  # bind and run are two C calls: another thread must not come between
         self._y_shapes: dict[int, tuple[int, int]] = {self.m: self.spec.y_shape}  # per M, off the hot path
         self._w_ptr = self._b_ptr = None
@@ -127,6 +127,9 @@ class FcLayer:
         # The layout facts each call reads, looked up once: properties cost host time per call.
         self._x_pitch, self._x_padded = self.spec.x_pitch, self.spec.input == "padded"
         self._y_layout = self.spec.output
+        # Where the kernel reads x at a longer pitch than the caller's, each call copies x to it; a
+        # caller that keeps x at that pitch (its padding finite) may hand it over so, and save it.
+        self.kernel_x_pitch: int | None = self.pad_k if self._lib is not None and self.pad_k > self._x_pitch else None
 
     def _calls_library(self) -> bool:
         """Whether calls go through the exported C library, not torch: always for a kernel; for
@@ -182,9 +185,12 @@ class FcLayer:
         if self._prepared is None:
             raise UserError("call prepare(W, b) once before using the layer")
         xt = _Tensor(x)
-        if len(xt.shape) != 2 or xt.shape[1] != self._x_pitch:
+        pitch = xt.shape[1] if len(xt.shape) == 2 else None
+        if pitch != self._x_pitch and (pitch is None or pitch != self.kernel_x_pitch):
             padded = " (x padded: its row pitch)" if self._x_padded else ""
-            raise UserError(f"x has shape {list(xt.shape)}, this layer needs [M, {self._x_pitch}]{padded}")
+            own = (f", or [M, {self.kernel_x_pitch}] (the kernel's pitch, padding finite: no copy per call)"
+                   if self.kernel_x_pitch else "")
+            raise UserError(f"x has shape {list(xt.shape)}, this layer needs [M, {self._x_pitch}]{padded}{own}")
         m = xt.shape[0]
         if m != self.m and not self.any_m:
             raise UserError(f"x has M={m} rows but the kernel was searched for M={self.m}; "
@@ -211,7 +217,7 @@ class FcLayer:
             raise UserError(f"out must be a contiguous {list(y_shape)} {self.dtype} array ({self._y_layout} y)")
         if yt.ptr % 16 or (yt.device is not None and yt.device != self.device):
             raise UserError(f"out must be 16-byte aligned, on GPU {self.device}")
-        if yt.ptr < xt.ptr + 2 * m * self._x_pitch and xt.ptr < yt.ptr + 2 * y_shape[0] * y_shape[1]:
+        if yt.ptr < xt.ptr + 2 * m * pitch and xt.ptr < yt.ptr + 2 * y_shape[0] * y_shape[1]:
             raise UserError("out must not overlap x")
         if self._lib is None:
             x_view = x[:, : self.k] if self._x_padded else x
@@ -220,8 +226,9 @@ class FcLayer:
             xp.linear(x_view, *self._prepared, self.activation, y_view)
             return out
         lib, raw_stream = self._lib, xp.stream(stream, xt.device)
+        at_pad_k = pitch != self._x_pitch
         with self._lock:
-            h = self._handles.get(m) or self._handle(m, xp, x)
+            h = self._handles.get((m, at_pad_k)) or self._handle(m, at_pad_k, xp, x)
             # Arguments are rebuilt only when a pointer changes: most callers reuse their buffers.
             bound = (xt.ptr, yt.ptr)
             if bound != h.bound:
@@ -233,17 +240,17 @@ class FcLayer:
                 raise RuntimeError(f"cutsearch kernel failed to launch: {lib.cs_error(h.handle).decode()}")
         return out
 
-    def _handle(self, m: int, xp: Any, like: Any) -> _Handle:
+    def _handle(self, m: int, at_pad_k: bool, xp: Any, like: Any) -> _Handle:
         handle = ctypes.c_void_p()
         kn = self.knobs
+        x_io = {"x_padded": True} if at_pad_k else caller_x(self._x_padded, self._x_pitch, self.pad_k)
         if self._lib.cs_create(ctypes.byref(handle), m, self.n, self.k, self.pad_n, self.pad_k, self.device,
                                kn.get("raster", 0), kn.get("swizzle", 1), kn.get("splits", 1),
                                kn.get("decomposition", 0), kn.get("reduction", 0),
-                               io_flags(y_padded=self._y_layout == "padded", knobs=kn,
-                                        **caller_x(self._x_padded, self._x_pitch, self.pad_k))):
+                               io_flags(y_padded=self._y_layout == "padded", knobs=kn, **x_io)):
             raise RuntimeError(f"cutsearch: no kernel handle for M={m}: {self._lib.cs_error(None).decode()}")
         workspace = xp.bytes(like, max(16, self._lib.cs_workspace_size(handle)))
-        found = self._handles[m] = _Handle(handle, workspace, _Tensor(workspace).ptr)
+        found = self._handles[m, at_pad_k] = _Handle(handle, workspace, _Tensor(workspace).ptr)
         return found
 
     def __del__(self) -> None:

@@ -89,3 +89,15 @@ def test_the_export_header_passes_the_searched_launch_mode_to_cs_create():
     assert "#define CUTSEARCH_FC_X_PITCH 20008" in text and "#define CUTSEARCH_FC_PAD_K 20480" in text
     # The cuBLAS fallback's pad_k is K: it reads the padded x where it lies.
     assert "#define CUTSEARCH_FC_IO 1" in _header(odd, kernel_name="k", pad_n=9, pad_k=20001, knobs={})
+
+
+def test_the_export_readme_offers_x_at_the_kernels_pitch_only_where_it_is_longer():
+    from cutsearch.export import _layouts
+
+    odd = Layer(m=7, n=9, k=20001, bias=True, input="padded")
+    text = _layouts(odd, 20480)
+    assert text.startswith("x is [M, 20008]") and "x may also come as [M, 20480]" in text
+    assert "may also come" in _layouts(Layer(m=300, n=1001, k=999), 1000)
+    # Nothing to offer where the kernel reads x at the caller's pitch, or the fallback reads it.
+    assert "may also come" not in _layouts(Layer(m=300, n=1001, k=1000), 1000)
+    assert "may also come" not in _layouts(odd, 20001)

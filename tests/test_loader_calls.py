@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cutsearch import loader
+from cutsearch import abi, loader
 from cutsearch.errors import UserError
 
 M, N, K = 8, 32, 64
@@ -67,11 +67,13 @@ class Library:
         self.binds: list[tuple[int, int, int | None, int]] = []
         self.runs = 0
         self.created: list[int] = []
+        self.io: list[int] = []  # cs_create's io flags, handle by handle
         self.refusal: bytes | None = None  # cs_create's reason to refuse, where it does
         self.refuse_binds = False
 
     def cs_create(self, handle, m, *rest) -> int:
         self.created.append(m)
+        self.io.append(rest[-1])
         return 1 if self.refusal else 0
 
     def cs_error(self, handle) -> bytes:
@@ -92,15 +94,19 @@ class Library:
         pass
 
 
-@pytest.fixture
-def layer(monkeypatch):
+def _kernel_layer(monkeypatch, k: int, pad_k: int, input: str = "contiguous"):
     lib = Library()
     monkeypatch.setattr(loader, "open_library", lambda path: lib)
     monkeypatch.setitem(loader._OPS, __name__.split(".")[0], Ops())
-    meta = {"layer": {"M": M, "N": N, "K": K, "dtype": "f16", "bias": True, "activation": "none"},
-            "backend": "cutlass", "library": "kernel.so", "transforms": {"pad_n": N, "pad_k": K}, "knobs": {}}
+    meta = {"layer": {"M": M, "N": N, "K": k, "dtype": "f16", "bias": True, "activation": "none", "input": input},
+            "backend": "cutlass", "library": "kernel.so", "transforms": {"pad_n": N, "pad_k": pad_k}, "knobs": {}}
     fc = loader.FcLayer(Path("export"), meta, device=0, any_m=True)
     return fc, lib
+
+
+@pytest.fixture
+def layer(monkeypatch):
+    return _kernel_layer(monkeypatch, K, K)
 
 
 def test_arguments_are_bound_again_exactly_when_x_y_or_the_weights_move(layer):
@@ -228,6 +234,41 @@ def test_a_call_before_prepare_or_with_a_wrong_shape_is_a_user_error_and_launche
     assert lib.binds == [] and lib.runs == 0
 
 
+@pytest.mark.parametrize(("k", "pad_k", "input", "caller_io"), [
+    (62, 64, "contiguous", 0),
+    (20001, 20480, "padded", abi.IO_X_ALIGNED),  # copied from K's 16-byte rows, 20008
+], ids=["k-padded", "caller-padded-split-k-pitch"])
+def test_x_at_the_kernels_pitch_is_read_where_it_lies_through_a_handle_of_its_own(monkeypatch, k, pad_k, input,
+                                                                                  caller_io):
+    fc, lib = _kernel_layer(monkeypatch, k, pad_k, input)
+    x_pitch = fc.spec.x_pitch
+    assert fc.kernel_x_pitch == pad_k > x_pitch
+    fc.prepare(Array(0x1000, (N, k)), Array(0x2000, (N,)))
+    y = Array(0x900000, (M, N))
+    as_caller, at_pad_k = Array(0x100000, (M, x_pitch)), Array(0x200000, (M, pad_k))
+    for _ in range(2):
+        fc(as_caller, out=y)
+        fc(at_pad_k, out=y)
+    # Each pitch keeps its own handle and binding: alternating them binds nothing again.
+    assert lib.created == [M, M] and lib.io == [caller_io, abi.IO_X_PADDED]
+    assert [bx for bx, _, _, _ in lib.binds] == [0x100000, 0x200000] and lib.runs == 4
+    with pytest.raises(UserError, match=rf"needs \[M, {x_pitch}\].*or \[M, {pad_k}\] \(the kernel's pitch"):
+        fc(Array(0x300000, (M, pad_k + 8)), out=y)
+    # y may start right past an x at the kernel's pitch, not inside it.
+    with pytest.raises(UserError, match="out must not overlap x"):
+        fc(at_pad_k, out=Array(0x200000 + 2 * M * x_pitch, (M, N)))
+    fc(at_pad_k, out=Array(0x200000 + 2 * M * pad_k, (M, N)))
+
+
+def test_a_layer_that_reads_x_at_the_callers_pitch_offers_no_other(layer):
+    fc, lib = layer
+    assert fc.kernel_x_pitch is None
+    fc.prepare(Array(0x1000, (N, K)), Array(0x2000, (N,)))
+    with pytest.raises(UserError, match=r"needs \[M, 64\]$"):
+        fc(Array(0x10000, (M, K + 8)))
+    assert lib.binds == [] and lib.runs == 0
+
+
 @pytest.mark.parametrize("output", ["contiguous", "transposed"])
 def test_the_torch_fallback_writes_into_the_callers_y_with_w_transposed_once(monkeypatch, output):
     """GELU has no cuBLASLt epilogue, so the fallback runs F.linear's GEMM through the array
@@ -240,7 +281,7 @@ def test_the_torch_fallback_writes_into_the_callers_y_with_w_transposed_once(mon
                       "output": output},
             "backend": "cublas", "library": "fallback.so", "transforms": {"pad_n": N, "pad_k": K}}
     fc = loader.FcLayer(Path("export"), meta, device=0, any_m=False)
-    assert fc.via == "torch"
+    assert fc.via == "torch" and fc.kernel_x_pitch is None
     w, b = Array(0x1000, (N, K)), Array(0x2000, (N,))
     fc.prepare(w, b)
     x = Array(0x10000, (M, K))

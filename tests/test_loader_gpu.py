@@ -152,6 +152,14 @@ returned = fc(x)
 torch.cuda.synchronize()
 assert tuple(returned.shape) == spec.y_shape, (tuple(returned.shape), spec.y_shape)
 assert err(out) < 1e-2 and err(returned) < 1e-2, (err(out), err(returned))
+if fc.kernel_x_pitch:  # the same x kept at the kernel's own pitch: read where it lies
+    wide = torch.full((spec.m, fc.kernel_x_pitch), 3.0, device="cuda", dtype=dt)
+    wide[:, : spec.k] = x[:, : spec.k]
+    at_pad_k = torch.full(spec.y_shape, float("nan"), device="cuda", dtype=dt)
+    fc(wide, out=at_pad_k)
+    fc(x, out=out)  # and the caller's pitch again, on its own handle
+    torch.cuda.synchronize()
+    assert err(at_pad_k) < 1e-2 and err(out) < 1e-2, (err(at_pad_k), err(out))
 print("ok", err(out), err(returned))
 """
 
@@ -169,7 +177,8 @@ def test_a_layout_export_through_load_in_a_fresh_process_is_correct(layer, priva
 def test_a_padded_x_copied_to_split_ks_pitch_through_load_is_correct(private_dirs, tmp_path):
     """K = 20001 arrives at pitch 20008, which no slice count cuts: the model's first picks copy
     x to split-K's pitch, so `cutsearch.load` hands the library x in K's 16-byte rows
-    (IO_X_ALIGNED) and the call copies it, its padding columns (3.0 here) left behind."""
+    (IO_X_ALIGNED) and the call copies it, its padding columns (3.0 here) left behind; an x
+    kept at that pitch is read where it lies (IO_X_PADDED)."""
     import json
 
     layer = Layer(m=7, n=9, k=20001, dtype="f16", bias=True, activation="gelu", input="padded")

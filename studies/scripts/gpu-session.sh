@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device session on the H200 host: install the carried wheels (and a carried compile cache),
+# One device session on the H200 host: install the carried wheels (and carried compile caches),
 # then run the GPU tests, the suite benchmark, the compile-throughput benchmark or the two-GPU
 # scale-out run, keeping every log and result under $OUT.
 #   studies/scripts/gpu-session.sh tests [PYTEST ARGS...]
@@ -12,6 +12,10 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTSEARCH_CACHE=${CUTSEARCH_
 if [ -f .kcache.tgz ] && [ ! -d "$CUTSEARCH_CACHE" ]; then
   mkdir -p "$CUTSEARCH_CACHE" && tar xzf .kcache.tgz -C "$CUTSEARCH_CACHE"
 fi
+# Kernels the test files build, made beforehand without a GPU (studies/scripts/test-kernels.sh).
+export CUTSEARCH_TEST_KERNELS=${CUTSEARCH_TEST_KERNELS:-/tmp/tk}
+mkdir -p "$CUTSEARCH_TEST_KERNELS" && { [ ! -f .tkernels.txz ] || python3 -c \
+  'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' .tkernels.txz "$CUTSEARCH_TEST_KERNELS"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 what=$1; shift
 case "$what" in

@@ -127,8 +127,8 @@ class FcLayer:
         # The layout facts each call reads, looked up once: properties cost host time per call.
         self._x_pitch, self._x_padded = self.spec.x_pitch, self.spec.input == "padded"
         self._y_layout = self.spec.output
-        # Where the kernel reads x at a longer pitch than the caller's, each call copies x to it; a
-        # caller that keeps x at that pitch (its padding finite) may hand it over so, and save it.
+        # Where the kernel reads x at a longer pitch than the caller's, each call copies x to it (or
+        # reads it through row views); an x kept at that pitch, padding finite, is read as it lies.
         self.kernel_x_pitch: int | None = self.pad_k if self._lib is not None and self.pad_k > self._x_pitch else None
 
     def _calls_library(self) -> bool:

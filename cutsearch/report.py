@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from cutsearch import persist
 from cutsearch.errors import UserError
 from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer, floor_note
-from cutsearch.verdict import TrialRecord, Verdict, judge
+from cutsearch.verdict import TrialRecord, Verdict, cublas_runs, judge
 from cutsearch.space import Config, unserved_line
 from cutsearch.storage import load_study
 
@@ -77,7 +77,7 @@ class Digest:
     @property
     def cublas_runs(self) -> list[float]:
         """cuBLAS is timed next to every measured trial (a replayed trial repeats a timing)."""
-        return [r.cublas_us for r in self.measured if r.cublas_us and not r.evaluation.get("replayed_from_study")]
+        return cublas_runs(self.measured)
 
     @property
     def cublas_us(self) -> float | None:

@@ -434,7 +434,8 @@ def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, ev
     measured = records(study)
     field = contenders(measured)
     standing = study.user_attrs.get("race")
-    if not field or (standing and standing["trials"] == [c.number for c in field] and not disturbance(standing)):
+    if not field or (standing and standing["trials"] == [c.number for c in field]
+                     and not disturbance(standing, measured)):
         return
     for attempt in range(1, RACE_ATTEMPTS + 1):
         emit(events, "racing", kernels=len(field), rounds=rounds)
@@ -450,7 +451,7 @@ def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, ev
                 "cublas_us": list(outcome.cublas_us), "errors": list(outcome.errors), "reps": outcome.reps,
                 "fallback_us": list(outcome.fallback_us) if outcome.fallback_us else None}
         study.set_user_attr("race", race)  # kept even if disturbed: `show` says why it does not stand
-        if not (disturbed := disturbance(race)):
+        if not (disturbed := disturbance(race, measured)):
             break
         log.warning("the race was disturbed (%s)", disturbed)
         emit(events, "race disturbed", reason=disturbed, again=attempt < RACE_ATTEMPTS)

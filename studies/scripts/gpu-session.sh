@@ -16,6 +16,12 @@ fi
 export CUTSEARCH_TEST_KERNELS=${CUTSEARCH_TEST_KERNELS:-/tmp/tk}
 mkdir -p "$CUTSEARCH_TEST_KERNELS" && { [ ! -f .tkernels.txz ] || python3 -c \
   'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' .tkernels.txz "$CUTSEARCH_TEST_KERNELS"; }
+if [ -f "$CUTSEARCH_TEST_KERNELS/toolchain.json" ]; then  # a pack built by another toolchain is missed: say so
+  python3 studies/scripts/toolchain_id.py > "$OUT/toolchain.json"
+  cmp -s "$OUT/toolchain.json" "$CUTSEARCH_TEST_KERNELS/toolchain.json" || {
+    echo "the carried test kernels were built by another toolchain, so they are compiled again:"
+    diff "$CUTSEARCH_TEST_KERNELS/toolchain.json" "$OUT/toolchain.json" | tee "$OUT/toolchain.diff"; }
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 what=$1; shift
 case "$what" in

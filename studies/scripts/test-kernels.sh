@@ -13,4 +13,6 @@ mkdir -p "$dir"
 [ $# -gt 0 ] || set -- tests/test_layouts_gpu.py tests/test_tail.py tests/test_copy.py tests/test_reduce.py \
   tests/test_faults_gpu.py tests/test_evaluator_contract.py
 CUTSEARCH_TEST_KERNELS=$dir python3 -m pytest -q -p no:cacheprovider -m "nvcc and not gpu" "$@" || exit 1
+# What the keys hash besides the source: gpu-session.sh compares it with the GPU machine's.
+PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} python3 studies/scripts/toolchain_id.py > "$dir/toolchain.json" || exit 1
 tar cJf .tkernels.txz -C "$dir" --exclude='.build-*' . && du -h .tkernels.txz

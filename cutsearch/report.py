@@ -88,7 +88,8 @@ class Digest:
     def cublas_basis(self) -> str:
         if self.verdict.raced_us is not None:
             return self.verdict.basis
-        return f"lower of the run beside the best and the median of {_plural(len(self.cublas_runs), 'run')}"
+        why = f"; the race was disturbed: {self.verdict.disturbed}" if self.verdict.disturbed else ""
+        return f"lower of the run beside the best and the median of {_plural(len(self.cublas_runs), 'run')}{why}"
 
     @property
     def speedup(self) -> float | None:

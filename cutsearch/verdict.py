@@ -90,7 +90,8 @@ class Verdict:
     `raced_us` holds the race's median of each raced trial that passed its check there (None:
     no race stands), and `rounds_won` the race's rounds in which it was faster than cuBLAS.
     `fallback_us` is the race's median of the export's cuBLAS fallback, where that library fuses
-    the activation and raced.
+    the activation and raced. `disturbed` says why the study's race does not decide, where one
+    ran for its contenders and was disturbed (see disturbance).
     """
 
     best: TrialRecord | None
@@ -100,6 +101,7 @@ class Verdict:
     rounds_won: dict[int, int] | None = None
     rounds: int | None = None
     fallback_us: float | None = None
+    disturbed: str | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -200,7 +202,7 @@ def judge(measured: list[TrialRecord], race: dict[str, Any] | None) -> Verdict:
         return _race_verdict(measured, race)
     fastest = min((r for r in measured if r.median_us), key=lambda r: (r.median_us, r.number), default=None)
     basis = "the lower of the run beside the best and the median of the study's runs"
-    return Verdict(best=fastest, cublas_us=verdict_cublas_us(fastest, measured),
+    return Verdict(best=fastest, cublas_us=verdict_cublas_us(fastest, measured), disturbed=disturbed,
                    basis=basis + (f" (the race was disturbed: {disturbed})" if disturbed else ""))
 
 

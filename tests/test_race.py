@@ -204,6 +204,11 @@ def test_the_recorded_races_that_strayed_leave_the_verdict_to_the_trials_and_the
     assert verdict.raced_us is None and "the race was disturbed: cuBLAS took" in verdict.basis
     assert raced > 1.4 * fresh["speedup_import"]  # what the race alone would have claimed
     assert verdict.speedup == pytest.approx(fresh["speedup_import"], rel=0.05) and verdict.kernel_ships
+    # `show` says why the race did not decide, beside the cuBLAS time the trials judged by.
+    console = Console(file=io.StringIO(), width=300, color_system=None)
+    print_study(console, study, storage=str(journal))
+    assert f"runs; the race was disturbed: {verdict.disturbed})" in console.file.getvalue()
+    assert verdict.disturbed.startswith("cuBLAS took")
 
 
 @pytest.mark.parametrize(("study", "ships"), [("draw3_0", False), ("draw2_0", True)])

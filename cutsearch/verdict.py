@@ -64,7 +64,8 @@ class TrialRecord:
 
 
 def cublas_runs(measured: Iterable[TrialRecord]) -> list[float]:
-    """The study's own cuBLAS timings, one a measured trial (replayed trials repeat one)."""
+    """The study's own cuBLAS timings, one for each measured trial (a replayed trial repeats one,
+    so it is left out)."""
     return [r.cublas_us for r in measured if r.cublas_us and not r.evaluation.get("replayed_from_study")]
 
 

@@ -139,7 +139,7 @@ def test_a_disturbed_race_does_not_decide_and_says_why():
 
 
 # The recorded races that were disturbed: by study, their races in the order run. On one H200
-# (2026-12-06) F.linear with SiLU or GELU ran at 1.4-1.9x its trials' and its fresh process's time.
+# (2026-12-06) F.linear with SiLU or GELU took 1.4-1.9x its trials' time in the race.
 DISTURBED_RECORDED = {
     "h200-2026-12-06-padded-searches/draw2_0": ["cuBLAS's rounds took 10.0-22.5 µs, 2.3x apart",
                                                 "cuBLAS took 18.4 µs in the race, 1.89x its 9.8 µs in the trials"],

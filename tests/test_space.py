@@ -703,6 +703,33 @@ def test_the_space_refuses_every_gelu_build_of_the_survey_that_spilled():
     assert {(c.tile_m, c.tile_n, c.kernel_schedule, c.epilogue_schedule) for _, c in edge} == {(64, 224, "pingpong", "tma")}
 
 
+def test_the_space_refuses_the_wide_cooperative_builds_that_spilled_and_no_other():
+    """nvcc 13.0 builds of the cooperative 128x224 TMA tile with every fused activation, under
+    either tile scheduler, in either orientation (ptxas reports, recorded; no GPU ran): only the
+    swapped persistent build with a bias and SiLU in f16 spilled, and the space refuses it alone.
+    The H100 search that found it had built it four times (two clusters, two k-tiles), each a
+    typed defect; the space refuses those four too."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent / "studies/recorded"
+    survey = json.loads((root / "local-2026-12-06-wide-cooperative-spills/builds.json").read_text())["records"]
+    builds = [(Layer.from_dict(r["layer"]), Config.from_dict(r["config"]), r["spill_bytes"]) for r in survey]
+    assert len(builds) == 32
+    spilled = {(layer, config) for layer, config, spill in builds if spill}
+    refused = {(layer, config) for layer, config, _ in builds if invalid_reason(layer, config)}
+    assert len(spilled) == 1 and refused == spilled
+
+    study = json.loads((root / "h100-2026-12-06-random18-19/r18_4.json").read_text())
+    layer = Layer.from_dict(study["layer"])
+    defects = [Config.from_dict(e["config"]) for e in study["evaluations"]
+               if e.get("failure", {}).get("kind") == "defect"]
+    assert len(defects) == 4 and all("spilled" in e["failure"]["message"]
+                                     for e in study["evaluations"] if "failure" in e)
+    assert all(invalid_reason(layer, config) for config in defects)
+    measured = [Config.from_dict(e["config"]) for e in study["evaluations"] if "measurement" in e]
+    assert len(measured) == 28 and not any(invalid_reason(layer, config) for config in measured)
+
+
 def test_the_gelu_spill_rules_hold_for_the_wide_tiles_built_with_the_extended_wgmma_shapes():
     """The 160- and 224-wide builds of that survey, again with one m64n160/m64n224 instruction a
     k-step (ptxas reports, recorded; no GPU ran): each one that spilled is still refused."""

@@ -11,11 +11,12 @@ at its old rate, whatever the count of CTAs):
 - the five exhaustive recordings, which measured the whole default space of their day: the model's
   rank of the first config within 2% of the fastest, and its Spearman.
 
-    python studies/scripts/model_shared_feed.py [--first-batches] [--replay]
+    python studies/scripts/model_shared_feed.py [--first-batches] [--replay] [--h100-dram]
 
 With --first-batches it also counts the layers of studies/*.toml whose first batch of 32
 (model.warm_start) the change alters; with --replay it replays searches over the exhaustive
-recordings (efficiency.replay_strategy) with both.
+recordings (efficiency.replay_strategy) with both; with --h100-dram it scores the H100 set again
+with the DRAM totals scaled to the H100's datasheet bandwidth.
 """
 
 from __future__ import annotations
@@ -166,8 +167,21 @@ def replays() -> None:
         print(f"replayed, default search (plain TPE), {label}: " + ", ".join(cells))
 
 
+def other_card_dram(scale: float) -> None:
+    """The H100 set again with each constant set's DRAM total scaled (3.35 / 4.8 is the datasheets'
+    ratio of the H100's bandwidth to the H200's)."""
+    pts = calibration.points(other_card())
+    for name, coeff in (("DEFAULT", model.DEFAULT), ("CALIBRATED", model.CALIBRATED)):
+        c = dataclasses.replace(coeff, dram_total_bytes_per_s=coeff.dram_total_bytes_per_s * scale)
+        score, _ = calibration.score(pts, c)
+        print(f"{name:<10} DRAM x{scale:.2f}  H100 (other card): {len(score.spearman)} recordings, "
+              f"Spearman {score.spearman_mean:.3f}, top 4 near best {calibration.top_share(pts, c):.0%}")
+
+
 if __name__ == "__main__":
     main()
+    if "--h100-dram" in sys.argv:
+        other_card_dram(3.35 / 4.8)
     if "--first-batches" in sys.argv:
         first_batches_changed()
     if "--replay" in sys.argv:

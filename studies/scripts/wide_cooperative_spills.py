@@ -1,5 +1,5 @@
-"""Which fused SiLU and GELU epilogues spill registers on the cooperative 128x224 TMA tile, under
-either tile scheduler: ptxas's report of each build, no GPU needed.
+"""Which fused activations spill registers on the cooperative 128x224 TMA tile, under either tile
+scheduler: ptxas's report of each build, no GPU needed.
 
     python studies/scripts/wide_cooperative_spills.py OUT.json [--jobs J]
 

@@ -145,7 +145,7 @@ def test_a_disturbed_race_does_not_decide_and_says_why():
 
 # The recorded races that were disturbed: by study, their races in the order run. On one H200
 # (2026-12-06) F.linear with SiLU or GELU took 1.4-1.9x its trials' time in the race; on one H100
-# (2026-12-06) one round of F.linear took 129 µs, and the search raced again (None: steady).
+# (2026-12-06) two rounds of F.linear took 119-129 µs, and the search raced again (None: steady).
 DISTURBED_RECORDED = {
     "h100-2026-12-06-skinny-probe/g_m4": ["cuBLAS's rounds took 22.5-129.1 µs, 5.7x apart", None],
     "h200-2026-12-06-padded-searches/draw2_0": ["cuBLAS's rounds took 10.0-22.5 µs, 2.3x apart",

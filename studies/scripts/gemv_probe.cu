@@ -132,22 +132,18 @@ static int by_rows(int m, int r, int u, void* y, const void* x, int k, const voi
 template <class T>
 __device__ inline void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                 unsigned b1);
-template <>
-__device__ inline void mma16816<__half>(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                        unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ inline void mma16816<__nv_bfloat16>(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                               unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+#define CS_MMA16816(T_, TYPE_)                                                                                 \
+  template <>                                                                                                  \
+  __device__ inline void mma16816<T_>(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,       \
+                                      unsigned b0, unsigned b1) {                                              \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE_ "." TYPE_ ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+                 "{%8,%9}, {%0,%1,%2,%3};\n"                                                                  \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                             \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                                     \
+  }
+CS_MMA16816(__half, "f16")
+CS_MMA16816(__nv_bfloat16, "bf16")
+#undef CS_MMA16816
 
 template <class T, int NB, int U, int RG>
 __global__ void __launch_bounds__(512) gemv_mma(T* __restrict__ y, const T* __restrict__ x, int m, int k,

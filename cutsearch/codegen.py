@@ -17,7 +17,8 @@ import string
 from pathlib import Path
 
 from cutsearch.problem import Layer
-from cutsearch.space import SIMT_EPILOGUES, STAGED_WARPS, Config, kernel_problem, own_copy_built, row_views
+from cutsearch.space import (GEMV_WARPS, SIMT_EPILOGUES, STAGED_WARPS, Config, gemv_shape, kernel_problem,
+                             own_copy_built, row_views)
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 if not TEMPLATES.is_dir():  # installed as a wheel: the templates ship inside the package
@@ -197,6 +198,8 @@ def _epilogue_fn(layer: Layer):
 
 def render(layer: Layer, config: Config) -> KernelSource:
     """Emit one translation unit for `config` on `layer`."""
+    if config.gemv:
+        return render_gemv(layer, config)
     cc, _ = _cutlass()
     kp = kernel_problem(layer, config)
     element = {"f16": cc.DataType.f16, "bf16": cc.DataType.bf16}[layer.dtype]
@@ -399,6 +402,19 @@ def render_fallback(layer: Layer) -> KernelSource:
                            abi_checks=abi_checks())
     return KernelSource(operation_name="cublas_fallback", code=code, cutlass_version=cutlass_version(),
                         libraries=("cublasLt",))
+
+
+def render_gemv(layer: Layer, config: Config) -> KernelSource:
+    """The gemv kernel (templates/gemv.cu) for `config` on `layer`: no CUTLASS in it."""
+    rows, loads = gemv_shape(config, layer.dtype)
+    name = f"cutsearch_gemv_{config.tile_m}x{config.tile_n}x{config.tile_k}_{layer.dtype}"
+    code = render_template("gemv.cu", operation_name=name, is_bf16=int(layer.dtype == "bf16"),
+                           has_bias=int(layer.bias), act=ACTIVATIONS[layer.activation],
+                           transposed=int(layer.output == "transposed"), tile_m=config.tile_m, rows=rows, loads=loads,
+                           warps=GEMV_WARPS, activations=activations(), abi_checks=abi_checks(), namespace=_NAMESPACE)
+    namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
+                        cutlass_version=cutlass_version())
 
 
 def copy_kernels() -> str:

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cutsearch.problem import Layer, floor_note
-from cutsearch.space import Config, kernel_problem, unserved_line
+from cutsearch.space import GEMV_WARPS, Config, kernel_problem, unserved_line
 
 if TYPE_CHECKING:  # report imports optuna: only `show` needs it, so it is imported there
     from cutsearch.report import Digest
@@ -181,6 +181,10 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
 
 
 def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
+    if c["kernel_schedule"] == "gemv":
+        rows = "1 row" if c["tile_m"] == 1 else f"{c['tile_m']} rows"
+        return (f"gemv kernel on CUDA cores: {rows} of x, {c['tile_n']} of W a block "
+                f"({c['tile_n'] // GEMV_WARPS} a warp), K in steps of {c['tile_k']}")
     line = (f"CTA {c['tile_m']}x{c['tile_n']}x{c['tile_k']}, cluster {c['cluster_m']}x{c['cluster_n']}, "
             f"{c['kernel_schedule']}/{c['epilogue_schedule']}, stages {c['stages'] or 'auto'}, {c['tile_scheduler']}")
     if c["swap_ab"]:

@@ -16,6 +16,7 @@ from cutsearch.abi import ABI_VERSION, caller_x, io_flags
 from cutsearch.compiler import ARCH
 from cutsearch.errors import UserError
 from cutsearch.problem import Layer
+from cutsearch.space import Config
 from cutsearch.workspace import Workspace
 
 EXPORTED_BY = "cutsearch"
@@ -151,11 +152,12 @@ def _kernel_export(layer: Layer, best: Path, meta: dict[str, Any], verdict: str)
     transforms = meta["transforms"]
     source = (best / "kernel.cu").read_text()
     name = next((line.split()[-1] for line in source.splitlines() if line.startswith("// Gemm operator")), "kernel")
-    files: dict[str, Any] = _common_files(layer, backend="cutlass", pad_k=transforms["pad_k"], header=_header(
+    backend = "gemv" if Config.from_dict(meta["config"]).gemv else "cutlass"
+    files: dict[str, Any] = _common_files(layer, backend=backend, pad_k=transforms["pad_k"], header=_header(
         layer, kernel_name=name, pad_n=transforms["pad_n"], pad_k=transforms["pad_k"], knobs=meta["knobs"]))
     files["kernel.cu"] = best / "kernel.cu"
     files[LIBRARY] = best / "kernel.so"
-    body = {"backend": "cutlass", "arch": meta.get("arch", ARCH), "kernel": name,
+    body = {"backend": backend, "arch": meta.get("arch", ARCH), "kernel": name,
             "config": meta["config"], "knobs": meta["knobs"], "transforms": transforms,
             "timing_us": meta["timing_us"], "kernel_us": meta.get("kernel_us", meta["timing_us"]["median_us"]),
             "cublas_us": meta["cublas_us"], "speedup": meta["speedup"], "verdict": verdict,

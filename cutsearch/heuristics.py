@@ -96,6 +96,8 @@ class Heuristics:
 
     def predict_us(self, layer: Layer, config: Config) -> float | None:
         """Its estimate for `config` in microseconds, or None where it rejects the config."""
+        if config.gemv:
+            return None  # it knows GEMMs on tensor cores
         precision = PRECISION[layer.dtype]
         kp = kernel_problem(layer, config)
         problem = self._problem(kp.m, kp.n, kp.k, precision)

@@ -136,7 +136,7 @@ class FcLayer:
         the cuBLAS fallback where its cuBLASLt call fuses the activation. Measured on an H200,
         8x382x6301 f16 with bias and ReLU: 15.2 µs against 19.3 µs for F.linear
         (studies/recorded/h200-2026-12-02-race/fallback-relu.json); elsewhere within noise."""
-        return self.backend == "cutlass" or self.spec.fallback_fuses_activation
+        return self.backend != "cublas" or self.spec.fallback_fuses_activation
 
     def __repr__(self) -> str:
         return (f"FcLayer({self.m}x{self.n}x{self.k} {self.meta['layer']['dtype']}, backend={self.backend}, "
@@ -387,6 +387,6 @@ def load(path: str | Path, *, device: int = 0, any_m: bool = False, capability: 
         raise UserError(f"{path} is not a cutsearch export")
     if meta.get("abi") != ABI_VERSION:
         raise UserError(f"{path} has C ABI version {meta.get('abi')}; this cutsearch reads version {ABI_VERSION}")
-    if meta["backend"] == "cutlass":
+    if meta["backend"] != "cublas":  # a kernel: CUTLASS's, or the gemv kernel
         check_arch(meta, device, capability)
     return FcLayer(path, meta, device=device, any_m=any_m)

@@ -57,6 +57,8 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     split's partials, the launch, y's ordinary stores and what the call adds around the GEMM."""
     kp = kernel_problem(layer, config)
     e = BYTES[layer.dtype]
+    if config.gemv:
+        return _gemv_us(layer, kp, coeff)
     # Row views: a batch of P GEMMs of M / P rows against P shifted copies of W, and no x copy.
     views = applied_views(layer, config, knobs is not None and bool(knobs.views))
     batches = 1
@@ -93,6 +95,20 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
     for term_us in _per_call_us(layer, config, kp, views, splits, coeff):
         t_us += term_us
     return t_us
+
+
+# The gemv kernel's fp32 multiply-adds a second, with the conversions beside them: what its probe
+# reached where arithmetic bound it, 16x4096x4096 on an H100 (studies/recorded/h100-2026-12-06-skinny-probe/).
+GEMV_FMA_PER_S = 8e12
+GEMV_STREAM_SHARE = 0.9  # of the DRAM bandwidth, where M <= 4 (88-97% in the probe)
+
+
+def _gemv_us(layer: Layer, kp: KernelProblem, coeff: Coefficients) -> float:
+    """The gemv kernel: W streamed once, or its multiply-adds, whichever is longer."""
+    e = BYTES[layer.dtype]
+    dram = (layer.m * kp.pad_k + kp.pad_n * kp.pad_k + layer.m * layer.n) * e + (layer.n * e if layer.bias else 0)
+    t = max(dram / (GEMV_STREAM_SHARE * PEAK_BYTES_PER_S), layer.m * layer.n * kp.pad_k / GEMV_FMA_PER_S)
+    return t * 1e6 + coeff.launch_us
 
 
 def _k_step_s(layer: Layer, config: Config, kp: KernelProblem, tiles: int, k_iters: int, unique: int,

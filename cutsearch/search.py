@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,7 +26,7 @@ from cutsearch.errors import StudyTaken, UserError
 from cutsearch.evaluator import Evaluation, Evaluator, Events, emit
 from cutsearch.outcome import Failure, Measurement
 from cutsearch.problem import Layer
-from cutsearch.space import Config, Knobs, Space, invalid_reason
+from cutsearch.space import GEMV_PARAM, Config, Knobs, Space, invalid_reason
 from cutsearch.verdict import TrialRecord, Verdict, contenders, disturbance, judge, records, verdict_cublas_us
 
 log = logging.getLogger(__name__)
@@ -82,12 +83,16 @@ def check_sampler(name: str) -> None:
         raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
 
 
-def make_sampler(name: str, *, seed: int, batch: int, trials: int) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, *, seed: int, batch: int, trials: int, grouped: bool = False) -> optuna.samplers.BaseSampler:
+    """`grouped`: the study also holds gemv trials, whose one parameter is none of the CUTLASS
+    dimensions; TPE then models the CUTLASS trials' dimensions jointly among themselves (group)."""
     check_sampler(name)
     if name == "tpe":
-        # constant_liar keeps the members of one batch apart while their results are pending.
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                          n_startup_trials=max(batch, min(16, trials // 4)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # `group`
+            # constant_liar keeps the members of one batch apart while their results are pending.
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, group=grouped,
+                                              n_startup_trials=max(batch, min(16, trials // 4)))
     return optuna.samplers.RandomSampler(seed=seed)  # "model" orders its own trials
 
 
@@ -153,10 +158,35 @@ def _recorded_space(study: optuna.Study, space: Space) -> Space:
     return dataclasses.replace(space, **kept)
 
 
+def _started(study: optuna.Study) -> bool:
+    """Whether any trial of the study was asked for (queued ones were not)."""
+    return any(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
+def gemv_distribution(study: optuna.Study, space: Space) -> CategoricalDistribution | None:
+    """The gemv trials' parameter: as the study recorded it (Optuna refuses changed choices),
+    else the space's gemv configs; None where there are none."""
+    for trial in study.get_trials(deepcopy=False):
+        if GEMV_PARAM in trial.distributions:
+            return trial.distributions[GEMV_PARAM]
+    choices = [Space.params_from_config(c)[GEMV_PARAM] for c in space.gemv_configs()]
+    return CategoricalDistribution(choices) if choices else None
+
+
+def enqueue_gemv(study: optuna.Study, space: Space, dist: CategoricalDistribution | None) -> int:
+    """Queue each of the space's gemv configs that the study has not queued or run: a few, each
+    built in seconds, so each is measured once rather than sampled."""
+    params = [p for c in space.gemv_configs() if dist and (p := Space.params_from_config(c))[GEMV_PARAM] in dist.choices]
+    with storage_mod.budget_lock(study):  # workers starting together queue each config once
+        for p in params:
+            study.enqueue_trial(p, skip_if_exists=True)
+    return len(params)
+
+
 def warm_start(study: optuna.Study, layer: Layer, space: Space, count: int,
                priors: tuple[Config, ...] = ()) -> int:
     """Enqueue `count` configs into a new study: valid priors first, then the model's picks."""
-    if count <= 0 or study.get_trials(deepcopy=False):
+    if count <= 0 or _started(study):
         return 0
     top = first_configs(layer, space, count, priors)
     for config in top:
@@ -192,6 +222,8 @@ def _direct_twin(layer: Layer, space: Space, config: Config) -> Config | None:
 
 def _offered(layer: Layer, space: Space, config: Config) -> bool:
     """Whether `config` is valid for `layer` and a choice of every dimension of `space`."""
+    if config.gemv:
+        return config in space.gemv_configs()
     params = Space.params_from_config(config)
     dims = space.dimensions()
     return invalid_reason(layer, config) is None and all(params[d] in dims[d] for d in dims)
@@ -227,6 +259,7 @@ class _Run:
     events: Events | None
     on_best: Callable[[TrialRecord, float | None], None] | None
     artifacts: Any
+    gemv: CategoricalDistribution | None = None  # the gemv trials' parameter (gemv_distribution)
     known: dict[str, Evaluation] = dataclasses.field(default_factory=dict)
     learned: set[int] = dataclasses.field(default_factory=set)  # trial ids already read into `known`
     best: TrialRecord | None = None
@@ -305,7 +338,7 @@ class _Run:
                 if sum(map(_counts, snapshot)) + len(running) >= budget:
                     return fresh, taken, True
                 self.learn(snapshot)  # what other workers told meanwhile
-                trial = study.ask(dists)
+                trial = self._ask(snapshot, dists)
                 asks += 1
                 heartbeat.claim(trial)
                 config = Space.config_from_params(trial.params)
@@ -324,6 +357,18 @@ class _Run:
                 else:
                     fresh[config.key].append(trial)
         return fresh, taken, False
+
+    def _ask(self, snapshot: list[optuna.trial.FrozenTrial], dists: dict[str, CategoricalDistribution]) -> optuna.Trial:
+        """The next trial: the first queued one, else a new one, with its parameters suggested. A
+        queued gemv trial takes its one parameter, not the CUTLASS dimensions."""
+        trial = self.study.ask()
+        fixed = next((t.system_attrs.get("fixed_params", {}) for t in snapshot if t.number == trial.number), {})
+        if GEMV_PARAM in fixed and self.gemv is not None:
+            trial.suggest_categorical(GEMV_PARAM, self.gemv.choices)
+        else:
+            for name, dist in dists.items():
+                trial.suggest_categorical(name, dist.choices)
+        return trial
 
     def _refusal(self, config: Config, hopeless: set[str], running: list[optuna.trial.FrozenTrial],
                  fresh: dict[str, list[optuna.Trial]]) -> str | None:
@@ -399,16 +444,18 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     space = space or Space(layer)
     batch = max(1, batch or usable_cpus())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(layer, study_name=study_name, storage=storage, source=evaluator.source,
-                       sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials), device_name=device_name)
+    grouped = bool(space.gemv_configs())
+    study = open_study(layer, study_name=study_name, storage=storage, source=evaluator.source, device_name=device_name,
+                       sampler=make_sampler(sampler, seed=seed, batch=batch, trials=trials, grouped=grouped))
     space = _recorded_space(study, space)
     run = _Run(study=study, layer=layer, evaluator=evaluator, events=events, on_best=on_best, artifacts=artifacts,
-               best=_best(study))
+               best=_best(study), gemv=gemv_distribution(study, space))
     unserved = space.unserved()
     if unserved is not None:  # nothing to build: the verdict ships cuBLAS, and says why
         study.set_user_attr("unserved", unserved)
         emit(events, "unserved", reason=unserved)
     else:
+        enqueue_gemv(study, space, run.gemv)
         if sampler == "model":
             _enqueue_model_order(study, layer, space, trials)
         else:
@@ -463,7 +510,7 @@ def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, ev
 
 def _enqueue_model_order(study: optuna.Study, layer: Layer, space: Space, trials: int) -> None:
     """The 'model top-k' strategy: evaluate exactly the model's ranking, in order."""
-    if not study.get_trials(deepcopy=False):
+    if not _started(study):
         for _, config in model.rank(layer, list(space))[:trials]:
             study.enqueue_trial(Space.params_from_config(config), skip_if_exists=True)
 

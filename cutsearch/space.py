@@ -62,6 +62,21 @@ STAGES = (0, 2, 3, 4, 5, 6, 7)  # 0: the CollectiveBuilder fits as many as share
 # the compiles, not the speed. `Space(layer, stages=STAGES)` searches it.
 DEFAULT_STAGES = (0,)
 
+# The gemv kernel (templates/gemv.cu), for a few rows of x: CUDA cores, a warp on `rows` rows of
+# W, its lanes splitting K in 16-byte vectors with `loads` of each row in flight. As a Config, a
+# block's tile: tile_m rows of x (M itself), tile_n = GEMV_WARPS x rows rows of W, tile_k =
+# 32 lanes x `loads` vectors of K. Where M <= 4 and W is large, a probe of it read W at 88-97% of
+# the streaming floor's speed on an H100, 1.09-1.21x F.linear; from M = 8 its fp32 arithmetic
+# bound it, and CUTLASS's tiles ran faster (studies/recorded/h100-2026-12-06-skinny-probe/). In
+# default searches on the H200 its best trial beat CUTLASS's by 6-19% on four layers of 1-3 rows;
+# on 4x4096x4096 the two were within 2%, and the race chose it (studies/recorded/h200-2026-12-06-gemv/).
+GEMV_MAX_M = 4
+GEMV_WARPS = 8
+# (rows, loads): each of these was a probe layer's fastest or within 1% of it; more than eight
+# vectors in flight a lane never was.
+GEMV_SHAPES = ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2))
+GEMV_PARAM = "gemv"  # the Optuna parameter of a gemv trial: its tile, "MxNxK"
+
 SMEM_BYTES = 227 * 1024
 SM_COUNT = 132
 SPLITS = (2, 3, 4, 6, 8, 16, 32, 64, 128)  # K slices of a split-K config, a run-time knob
@@ -85,6 +100,11 @@ class Config:
     # SMs. With the TMA epilogue a second kernel sums the fp32 partials and adds the bias and
     # activation; with the fixup epilogue the last slice's CTA of each tile does.
     split_k: bool = False
+
+    @property
+    def gemv(self) -> bool:
+        """The gemv kernel (templates/gemv.cu) rather than a CUTLASS GEMM."""
+        return self.kernel_schedule == "gemv"
 
     @property
     def key(self) -> str:
@@ -232,6 +252,9 @@ def _refusal(layer: Layer, config: Config) -> tuple[int, str] | None:
 
 def _checks(layer: Layer, c: Config) -> Iterator[str | None]:
     """Each rule's reason or None, in order, lazily: a later check may assume the earlier held."""
+    if c.gemv:
+        yield _gemv_invalid(layer, c)
+        return
     yield _outside_space(layer, c)
     yield _schedule_conflict(c)
     yield _over_resources(layer, c)
@@ -240,6 +263,41 @@ def _checks(layer: Layer, c: Config) -> Iterator[str | None]:
     yield _epilogue_conflict(layer, c, kp)
     yield _split_k_invalid(layer, c, kp) if c.split_k else None
     yield _launch_invalid(layer, c, kp)
+
+
+def gemv_config(layer: Layer, rows: int, loads: int) -> Config:
+    vec = 16 // BYTES[layer.dtype]
+    return Config(tile_m=layer.m, tile_n=GEMV_WARPS * rows, tile_k=32 * vec * loads, kernel_schedule="gemv",
+                  epilogue_schedule="direct", tile_scheduler="grid")
+
+
+def gemv_shape(config: Config, dtype: str) -> tuple[int, int]:
+    """A gemv config's (rows, loads)."""
+    return config.tile_n // GEMV_WARPS, config.tile_k // (32 * (16 // BYTES[dtype]))
+
+
+def gemv_unserved(layer: Layer) -> str | None:
+    """Why the gemv kernel cannot serve this layer, or None where it can."""
+    if layer.m > GEMV_MAX_M:
+        return f"the gemv kernel serves at most {GEMV_MAX_M} rows of x"
+    if layer.x_pitch % (16 // BYTES[layer.dtype]):
+        return "the gemv kernel reads x in 16-byte vectors: K must fill whole ones (or x come padded)"
+    return None
+
+
+def gemv_configs(layer: Layer) -> tuple[Config, ...]:
+    """The gemv kernel's configs for this layer: none where it cannot serve it."""
+    if gemv_unserved(layer) is not None:
+        return ()
+    return tuple(gemv_config(layer, rows, loads) for rows, loads in GEMV_SHAPES)
+
+
+def _gemv_invalid(layer: Layer, c: Config) -> str | None:
+    if (unserved := gemv_unserved(layer)) is not None:
+        return unserved
+    if c not in gemv_configs(layer):
+        return f"gemv tile {c.tile_m}x{c.tile_n}x{c.tile_k} is outside the space"
+    return None
 
 
 def _outside_space(layer: Layer, c: Config) -> str | None:
@@ -421,6 +479,8 @@ def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
 
 def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
     """Run-time variants measured on each built kernel: the search's second level."""
+    if config.gemv:
+        return [Knobs()]  # its shape is all compiled in
     kp = kernel_problem(layer, config)
     grid = [Knobs(raster=r, swizzle=s) for r in (1, 2) for s in (1, 2, 4, 8)]
     if config.tile_scheduler == "streamk":
@@ -571,7 +631,7 @@ def views_apply(layer: Layer, config: Config) -> bool:
     tail, its launch and its read of W count too, against TAIL_MAX_COST."""
     kp = kernel_problem(layer, config)
     views = row_views(layer)
-    if kp.pad_k == layer.k or config.split_k or views is None:
+    if kp.pad_k == layer.k or config.split_k or views is None or config.gemv:
         return False
     e = BYTES[layer.dtype]
     extra_us = (views.count - 1) * kp.pad_n * views.k * e / PEAK_BYTES_PER_S * 1e6
@@ -611,6 +671,7 @@ class Space:
     pad: tuple[bool, ...] | None = None  # default: (False, True) where the layer is unaligned or split-K pads K
     # (False, True): also split-K, where split_k_helps. None: where split_k_pays.
     split_k: tuple[bool, ...] | None = None
+    gemv: bool = True  # also the gemv kernel's configs, where it serves the layer (gemv_configs)
 
     def dimensions(self) -> dict[str, tuple[Any, ...]]:
         vec = 16 // BYTES[self.layer.dtype]
@@ -635,8 +696,16 @@ class Space:
             "split_k": split,
         }
 
+    def gemv_configs(self) -> tuple[Config, ...]:
+        """The gemv kernel's configs. Not sampled: a study measures each of them once, first."""
+        return gemv_configs(self.layer) if self.gemv else ()
+
     @staticmethod
     def config_from_params(params: dict[str, Any]) -> Config:
+        if GEMV_PARAM in params:
+            tm, tn, tk = (int(v) for v in str(params[GEMV_PARAM]).split("x"))
+            return Config(tile_m=tm, tile_n=tn, tile_k=tk, kernel_schedule="gemv", epilogue_schedule="direct",
+                          tile_scheduler="grid")
         cm, cn = (int(v) for v in str(params["cluster"]).split("x"))
         kernel, epilogue, scheduler = str(params["schedule"]).split("/")
         return Config(tile_m=params["tile_m"], tile_n=params["tile_n"], tile_k=params["tile_k"],
@@ -646,6 +715,8 @@ class Space:
 
     @staticmethod
     def params_from_config(config: Config) -> dict[str, Any]:
+        if config.gemv:
+            return {GEMV_PARAM: f"{config.tile_m}x{config.tile_n}x{config.tile_k}"}
         return {"tile_m": config.tile_m, "tile_n": config.tile_n, "tile_k": config.tile_k,
                 "cluster": f"{config.cluster_m}x{config.cluster_n}",
                 "schedule": f"{config.kernel_schedule}/{config.epilogue_schedule}/{config.tile_scheduler}",
@@ -654,6 +725,8 @@ class Space:
     def unserved(self) -> str | None:
         """Why no config of the space can compute its layer, or None where one can: the rules
         that refused the configs that passed the most checks, most frequent first."""
+        if self.gemv_configs():
+            return None
         dims = self.dimensions()
         furthest, reasons = -1, collections.Counter()
         for values in itertools.product(*dims.values()):

@@ -1,0 +1,191 @@
+"""The gemv kernel (templates/gemv.cu) for a few rows of x: its place in the space and the
+search, built by nvcc in CI, and checked against float64 on a GPU.
+
+Without a GPU the search runs on the cost model (ModelEvaluator) or on the fake worker of
+tests/fakes.py; the kernels are real nvcc builds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import time
+
+import optuna
+import pytest
+
+import cutsearch
+from cutsearch import codegen
+from cutsearch.compiler import local_compiler
+from cutsearch.console import _config_line
+from cutsearch.evaluator import GpuEvaluator, ModelEvaluator
+from cutsearch.export import export
+from cutsearch.outcome import Measurement
+from cutsearch.pool import WorkerProcess
+from cutsearch.search import search
+from cutsearch.space import (GEMV_MAX_M, GEMV_PARAM, GEMV_SHAPES, Knobs, Space, gemv_configs, gemv_shape,
+                             invalid_reason, kernel_problem, knob_grid)
+from cutsearch.workspace import Workspace
+from tests import fakes
+
+Layer = cutsearch.Layer
+
+
+def test_the_gemv_kernel_serves_a_few_rows_of_whole_16_byte_vectors():
+    assert len(gemv_configs(Layer(m=1, n=4096, k=4096))) == len(GEMV_SHAPES)
+    assert len(gemv_configs(Layer(m=GEMV_MAX_M, n=7, k=8, dtype="bf16", activation="silu"))) == len(GEMV_SHAPES)
+    assert gemv_configs(Layer(m=GEMV_MAX_M + 1, n=4096, k=4096)) == ()
+    assert gemv_configs(Layer(m=2, n=4096, k=4100)) == ()  # rows of x not whole vectors
+    padded = Layer(m=2, n=4096, k=4100, input="padded")  # the caller's pitch is whole vectors
+    assert gemv_configs(padded) and kernel_problem(padded, gemv_configs(padded)[0]).pad_k == 4104
+    assert not Space(Layer(m=1, n=64, k=64), gemv=False).gemv_configs()
+
+
+def test_a_gemv_config_is_valid_only_for_its_own_layer():
+    layer = Layer(m=3, n=1000, k=512, dtype="bf16", bias=True, activation="gelu")
+    configs = gemv_configs(layer)
+    assert [gemv_shape(c, layer.dtype) for c in configs] == list(GEMV_SHAPES)
+    assert all(invalid_reason(layer, c) is None and c.gemv for c in configs)
+    assert all(knob_grid(c, layer) == [Knobs()] for c in configs)
+    assert "at most 4 rows" in invalid_reason(Layer(m=5, n=1000, k=512), configs[0])
+    assert "outside the space" in invalid_reason(Layer(m=2, n=1000, k=512, dtype="bf16"), configs[0])  # tile_m 3
+    for c in configs:  # through Optuna's parameters and back, as a study stores it
+        assert Space.config_from_params(Space.params_from_config(c)) == c
+        assert set(Space.params_from_config(c)) == {GEMV_PARAM}
+
+
+def _study(layer: Layer, trials: int, tmp_path, name: str = "s"):
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/study.db")
+    result = search(layer, evaluator=ModelEvaluator(), storage=storage, study_name=name, trials=trials, batch=8)
+    return result, optuna.load_study(study_name=name, storage=storage)
+
+
+def test_a_study_measures_each_gemv_config_once_first_then_samples_cutlass(tmp_path):
+    layer = Layer(m=2, n=4096, k=4096, bias=True)
+    result, study = _study(layer, 20, tmp_path)
+    gemv = {c.key for c in gemv_configs(layer)}
+    told = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    keys = [t.user_attrs["config"] for t in told]
+    assert set(keys[:len(gemv)]) == gemv and len(keys) == 20
+    assert not gemv & set(keys[len(gemv):])  # never asked again: the sampler proposes CUTLASS configs
+    assert all(set(t.params) == {GEMV_PARAM} for t in told[:len(gemv)])
+    assert all(GEMV_PARAM not in t.params and "tile_m" in t.params for t in told[len(gemv):])
+    # Resumed, the study queues none of them again.
+    result, study = _study(layer, 26, tmp_path)
+    keys = [t.user_attrs["config"] for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(keys) == 26 and sorted(k for k in keys if k in gemv) == sorted(gemv)
+    assert result.best is not None
+
+
+def test_a_layer_of_more_rows_has_no_gemv_trial(tmp_path):
+    _, study = _study(Layer(m=5, n=1024, k=1024), 10, tmp_path)
+    assert all(GEMV_PARAM not in t.params for t in study.get_trials())
+
+
+# Each row count of x, both dtypes, each activation, y and y^T. A build of 2 rows in bf16 with a
+# bias and ReLU once spilled 16 bytes (nvcc 13.0), while the 4-row GELU builds did not.
+BUILT_LAYERS = [Layer(m=m, n=1000, k=520, dtype=dtype, bias=True, activation=act, output=out)
+                for m, act, out in ((1, "none", "contiguous"), (2, "relu", "transposed"), (3, "silu", "contiguous"),
+                                    (4, "gelu", "transposed"))
+                for dtype in ("f16", "bf16")]
+
+
+@pytest.fixture(scope="module")
+def gemv_builds():
+    sources = {}
+    for layer in BUILT_LAYERS:
+        for config in gemv_configs(layer):
+            sources[(layer.slug, config.key)] = codegen.render(layer, config)
+    keys = list(sources)
+    built = dict(local_compiler(jobs=8).compile_many(list(enumerate(sources.values()))))
+    return {keys[i]: (sources[keys[i]], b) for i, b in built.items()}
+
+
+@pytest.mark.nvcc
+def test_every_gemv_config_builds_without_spills_and_exports_the_c_abi(gemv_builds):
+    assert len(gemv_builds) == len(BUILT_LAYERS) * len(GEMV_SHAPES)
+    for key, (source, built) in gemv_builds.items():
+        assert hasattr(built, "library"), (key, built)
+        assert built.ptxas.spill_bytes == 0 and built.ptxas.stack_bytes == 0, (key, built.ptxas)
+        assert not re.search(r'#include\s*[<"]cut(e|lass)/', source.code), key  # no CUTLASS headers
+        lib = ctypes.CDLL(str(built.library))
+        lib.cs_kernel_name.restype = ctypes.c_char_p
+        lib.cs_workspace_size.restype = ctypes.c_size_t
+        lib.cs_workspace_size.argtypes = [ctypes.c_void_p]
+        assert lib.cs_abi_version() == 3
+        assert lib.cs_kernel_name().decode() == source.operation_name
+        assert lib.cs_workspace_size(None) == 0
+
+
+@pytest.mark.nvcc
+def test_a_gemv_winner_exports_without_cutlass(tmp_path, monkeypatch):
+    """The fake worker measures real gemv builds, each faster than the last (tests/fakes.py)."""
+    layer = Layer(m=2, n=64, k=64)
+    monkeypatch.setenv(fakes.EPOCH_ENV, str(time.time() - 995))
+    ws = Workspace(tmp_path)
+    evaluator = GpuEvaluator(cache_dir=tmp_path / "kernels", jobs=2, worker=WorkerProcess(serve=fakes.serve))
+    try:
+        result = cutsearch.tune(layer, trials=2, study="g", evaluator=evaluator, batch=2, workspace=ws,
+                                command="pytest")
+    finally:
+        evaluator.close()
+    assert result.best is not None and result.best.config.gemv
+    assert _config_line(result.best.config.to_dict(), {}).startswith("gemv kernel on CUDA cores: 2 rows of x, ")
+    target = export("g", out=tmp_path / "export", workspace=ws)
+    meta = json.loads((target / "meta.json").read_text())
+    assert meta["backend"] == "gemv" and meta["kernel"].startswith("cutsearch_gemv_")
+    assert "set(CS_NEEDS_CUTLASS OFF)" in (target / "CMakeLists.txt").read_text()
+    loaded = cutsearch.load(target, capability=(9, 0))
+    assert loaded.backend == "gemv" and loaded.via != "torch"
+    with pytest.raises(cutsearch.UserError, match="built for sm_90a"):
+        cutsearch.load(target, capability=(8, 0))
+
+
+# -- on a GPU ------------------------------------------------------------------------------
+
+GPU_LAYERS = [
+    Layer(m=1, n=4096, k=4096, dtype="f16", bias=True),
+    Layer(m=3, n=1000, k=520, dtype="bf16", bias=True, activation="gelu", output="transposed"),
+    Layer(m=4, n=333, k=4100, dtype="f16", activation="silu", input="padded", output="padded"),
+    Layer(m=2, n=77, k=8, dtype="bf16", bias=True, activation="relu"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+@pytest.mark.parametrize("layer", GPU_LAYERS, ids=[l.slug for l in GPU_LAYERS])
+def test_every_gemv_config_computes_the_layer(layer):
+    """The worker checks each build against float64 before it times it: a wrong one is a failure."""
+    evaluator = GpuEvaluator(cache_dir=cutsearch.cache.default_cache_dir())
+    try:
+        evaluations = list(evaluator.evaluate(layer, list(gemv_configs(layer))))
+    finally:
+        evaluator.close()
+    assert len(evaluations) == len(GEMV_SHAPES)
+    for ev in evaluations:
+        assert isinstance(ev.outcome, Measurement), (ev.config.key, ev.outcome)
+        assert ev.outcome.rel_error < 1e-2 and ev.outcome.median_us > 0, ev.config.key
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_a_searched_gemv_kernel_computes_other_row_counts_from_its_export(tmp_path):
+    torch = pytest.importorskip("torch")
+    layer = Layer(m=3, n=1000, k=512, dtype="bf16", bias=True, activation="gelu")
+    ws = Workspace(tmp_path)
+    result = cutsearch.tune(layer, trials=len(GEMV_SHAPES), study="g", evaluator="gpu", workspace=ws,
+                            command="pytest gemv")
+    assert result.best is not None and result.best.config.gemv  # the first trials are the gemv configs
+    target = export("g", out=tmp_path / "export", workspace=ws)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    w = torch.randn(1000, 512, device="cuda", generator=gen).bfloat16()
+    b = torch.randn(1000, device="cuda", generator=gen).bfloat16()
+    fc = cutsearch.load(target, any_m=True).prepare(w, b)
+    assert fc.via != "torch"
+    for m in (3, 1, 7, 64):  # its tile's rows, fewer, and more: the grid covers the rest of M
+        x = torch.randn(m, 512, device="cuda", generator=gen).bfloat16()
+        want = torch.nn.functional.gelu(x.double() @ w.double().T + b.double())
+        got = fc(x)
+        torch.cuda.synchronize()
+        assert (torch.linalg.norm(got.double() - want) / torch.linalg.norm(want)).item() < 1e-2, m

@@ -11,6 +11,7 @@ import ctypes
 import json
 import re
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -19,7 +20,7 @@ import cutsearch
 from cutsearch import codegen
 from cutsearch.compiler import local_compiler
 from cutsearch.console import _config_line
-from cutsearch.evaluator import GpuEvaluator, ModelEvaluator
+from cutsearch.evaluator import GpuEvaluator, ModelEvaluator, ReplayEvaluator, read_recording
 from cutsearch.export import export
 from cutsearch.outcome import Measurement
 from cutsearch.pool import WorkerProcess
@@ -30,6 +31,7 @@ from cutsearch.workspace import Workspace
 from tests import fakes
 
 Layer = cutsearch.Layer
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_gemv_kernel_serves_a_few_rows_of_whole_16_byte_vectors():
@@ -189,3 +191,28 @@ def test_a_searched_gemv_kernel_computes_other_row_counts_from_its_export(tmp_pa
         got = fc(x)
         torch.cuda.synchronize()
         assert (torch.linalg.norm(got.double() - want) / torch.linalg.norm(want)).item() < 1e-2, m
+
+
+# -- recorded H200 data ------------------------------------------------------------------------
+
+RECORDED = ROOT / "studies" / "recorded" / "h200-2026-12-06-gemv"
+
+
+@pytest.mark.parametrize("study, winner", [("v_m1", "1x8x512"), ("v_m1_wide", "1x8x1024"), ("drawn/r12_1", None)])
+def test_a_replayed_recorded_study_measures_the_gemv_configs_first(tmp_path, study, winner):
+    """Recorded on one H200: replaying it measures nothing. Where the gemv kernel's best trial was
+    the fastest, the replayed search finds it; where split-K's CUTLASS kernel was (r12_1), that."""
+    path = RECORDED / f"{study}.json"
+    layer, recorded, _ = read_recording(path)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/replay.db")
+    result = search(layer, evaluator=ReplayEvaluator.load(path, layer), storage=storage, study_name="r", trials=12,
+                    batch=6)
+    told = optuna.load_study(study_name="r", storage=storage).get_trials()
+    assert {t.user_attrs["config"] for t in told[:len(GEMV_SHAPES)]} == {c.key for c in gemv_configs(layer)}
+    fastest = min((e for e in recorded if isinstance(e.outcome, Measurement)), key=lambda e: e.outcome.median_us)
+    gemv_best = min(e.outcome.median_us for e in recorded if e.config.gemv)
+    assert result.best.config.gemv == (winner is not None)
+    if winner is not None:
+        assert result.best.config == fastest.config and result.best.config.key.startswith(winner)
+    else:
+        assert result.best.median_us < gemv_best  # a CUTLASS config the sampler reached beat every gemv one

@@ -100,7 +100,9 @@ def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
 # The gemv kernel's fp32 multiply-adds a second, with the conversions beside them: what its probe
 # reached where arithmetic bound it, 16x4096x4096 on an H100 (studies/recorded/h100-2026-12-06-skinny-probe/).
 GEMV_FMA_PER_S = 8e12
-GEMV_STREAM_SHARE = 0.9  # of the DRAM bandwidth, where M <= 4 (88-97% in the probe)
+# Of the datasheet bandwidth. The probe's 88-97% were of the streaming floor's speed, which is
+# lower; the search measures every gemv config (queued first), so this only serves ModelEvaluator.
+GEMV_STREAM_SHARE = 0.9
 
 
 def _gemv_us(layer: Layer, kp: KernelProblem, coeff: Coefficients) -> float:

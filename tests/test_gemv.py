@@ -80,6 +80,22 @@ def test_a_study_measures_each_gemv_config_once_first_then_samples_cutlass(tmp_p
     assert result.best is not None
 
 
+def test_a_gemv_trial_a_stopped_run_left_unfinished_is_measured_when_the_study_resumes(tmp_path):
+    from cutsearch import search as search_mod
+
+    layer = Layer(m=2, n=4096, k=4096, bias=True)
+    _, study = _study(layer, 1, tmp_path)  # the first gemv config measured, the rest still queued
+    trial = study.ask()  # the next queued gemv config, taken by a run that is then stopped
+    trial.suggest_categorical(GEMV_PARAM, search_mod.gemv_distribution(study, Space(layer)).choices)
+    lost = Space.config_from_params(trial.params).key
+    study._storage.set_trial_user_attr(trial._trial_id, "failure", {"kind": "interrupted", "message": "", "log": ""})
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    # Queued again like any interrupted config: behind what was queued (the warm start of 8), not lost.
+    _, study = _study(layer, len(GEMV_SHAPES) + 8 + 1, tmp_path)
+    measured = [t.user_attrs["config"] for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert set(c.key for c in gemv_configs(layer)) <= set(measured) and measured.count(lost) == 1
+
+
 def test_a_layer_of_more_rows_has_no_gemv_trial(tmp_path):
     _, study = _study(Layer(m=5, n=1024, k=1024), 10, tmp_path)
     assert all(GEMV_PARAM not in t.params for t in study.get_trials())

@@ -162,7 +162,8 @@ def kernel_problem(layer: Layer, config: Config) -> KernelProblem:
     vec = 16 // BYTES[layer.dtype]
     # A caller's padded x keeps its pitch, except where split-K copies it to a longer one. TMA
     # needs aligned pitches, not extents: N is padded only where it is y's row pitch.
-    pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" else layer.k
+    # The gemv kernel reads W in 16-byte rows and x as it lies.
+    pad_k = pad_to(layer.k, vec) if config.pad or layer.input == "padded" or config.gemv else layer.k
     if config.split_k and config.pad and split_k_pads_k(layer):
         pad_k = split_k_pitch(layer.k, vec)  # a pitch that many slice counts cut
     transposed = layer.output == "transposed"
@@ -280,8 +281,6 @@ def gemv_unserved(layer: Layer) -> str | None:
     """Why the gemv kernel cannot serve this layer, or None where it can."""
     if layer.m > GEMV_MAX_M:
         return f"the gemv kernel serves at most {GEMV_MAX_M} rows of x"
-    if layer.x_pitch % (16 // BYTES[layer.dtype]):
-        return "the gemv kernel reads x in 16-byte vectors: K must fill whole ones (or x come padded)"
     return None
 
 
@@ -555,8 +554,8 @@ OWN_COPY_MAX_WRITERS = 32
 
 
 def copies_x(layer: Layer, kp: KernelProblem, knobs: Knobs | None = None) -> bool:
-    """Whether a call copies x into a padded buffer before the GEMM (a caller's padded x only to
-    split-K's pitch)."""
+    """Whether a CUTLASS kernel's call copies x into a padded buffer before the GEMM (a caller's
+    padded x only to split-K's pitch). The gemv kernel reads x in place."""
     return kp.pad_k != layer.x_pitch and not (knobs and knobs.views)
 
 

@@ -6,7 +6,8 @@
 // of W and its lanes split K in 16-byte vectors; each lane issues its kLoads x kRows loads of W
 // before it uses any, and reads x through the read-only path (M x K is small and stays in L1/L2).
 // A block of kWarps warps covers kRows * kWarps rows of W and kTileM rows of x (the grid's y
-// covers the rest of M). x and W must have rows of whole 16-byte vectors.
+// covers the rest of M). W's rows must be whole 16-byte vectors (it is padded once, when bound);
+// x's need not be: where K leaves them unaligned, each lane cuts x's elements out of two vectors.
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -58,17 +59,87 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& a, const uint4& b)
   }
 }
 
-// vectors: K's 16-byte vectors a row; x_ld, w_ld: row pitches in vectors; y_ld: y's row pitch
-// in elements (y^T: N rows of pitch m).
+// Reading x, host and device code alike, so that a test runs it on the CPU (tests/test_gemv.py).
+__host__ __device__ __forceinline__ uint4 load_x(const uint4* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);  // x is small and read by every warp: the read-only path keeps it in L1
+#else
+  return *p;
+#endif
+}
+
+// The 16 bytes that start `s` elements into lo, running on into hi. s is the same for a whole
+// row of x, so every lane of a warp takes the same selects: an indexed register array would go
+// to local memory.
+__host__ __device__ __forceinline__ uint4 cut(const uint4& lo, const uint4& hi, int s) {
+  const unsigned c[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int q = s / 2;
+  const int bits = (s % 2) * 16;
+  unsigned d[5];
+#pragma unroll
+  for (int j = 0; j < 5; ++j) d[j] = q == 0 ? c[j] : q == 1 ? c[j + 1] : q == 2 ? c[j + 2] : c[j + 3];
+  unsigned out[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) out[j] = unsigned((((unsigned long long)d[j + 1] << 32) | d[j]) >> bits);  // one SHF
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// Where a block's rows of x lie, x_ld elements apart, where x_ld is not a multiple of kVec
+// (rows past m read row m - 1 again, never stored): row i from vector at[i], shift[i] elements
+// into it; the last vector that holds any of x; how many elements of a row's last vector are
+// still in K: past them lie the next row's, which W's zeros would turn into NaN where they are
+// infinite.
+struct XRows {
+  long long at[kTileM];
+  int shift[kTileM];
+  long long last;
+  int in_k;  // 1..kVec elements of a row's last vector
+};
+
+// Word t of a row's last vector, as much of it as is still in K.
+__host__ __device__ __forceinline__ unsigned in_k(unsigned word, int t, int elements) {
+  return 2 * t + 1 < elements ? word : 2 * t < elements ? word & 0xffffu : 0u;
+}
+
+__host__ __device__ __forceinline__ XRows x_rows(int m0, int m, long long x_ld, int k) {
+  XRows r;
+#pragma unroll
+  for (int i = 0; i < kTileM; ++i) {
+    const long long e = (m0 + (i < m - 1 - m0 ? i : m - 1 - m0)) * x_ld;
+    r.at[i] = e / kVec;
+    r.shift[i] = int(e % kVec);
+  }
+  r.last = ((m - 1) * x_ld + k - 1) / kVec;
+  r.in_k = k - (k - 1) / kVec * kVec;
+  return r;
+}
+
+// Row i's elements [v * kVec, v * kVec + kVec) of K, zero past K.
+__host__ __device__ __forceinline__ uint4 x_vector(const uint4* xv, const XRows& r, int i, int v, int vectors) {
+  uint4 lo = load_x(xv + r.at[i] + v);
+  const long long next = r.at[i] + v + 1;
+  const uint4 hi = r.shift[i] ? load_x(xv + (next < r.last ? next : r.last)) : lo;
+  lo = cut(lo, hi, r.shift[i]);
+  if (v == vectors - 1)
+    lo = make_uint4(in_k(lo.x, 0, r.in_k), in_k(lo.y, 1, r.in_k), in_k(lo.z, 2, r.in_k), in_k(lo.w, 3, r.in_k));
+  return lo;
+}
+
+// vectors: K's 16-byte vectors a row; x_ldv, w_ld: x's and W's row pitches in vectors; y_ld: y's
+// row pitch in elements (y^T: N rows of pitch m). kShift: x's rows are not whole vectors, and
+// x_ld, in elements, is x's pitch instead of x_ldv.
+template <bool kShift>
 __global__ void __launch_bounds__(kWarps * 32) gemv(T* __restrict__ y, long long y_ld, const T* __restrict__ x,
-                                                     long long x_ld, int m, const T* __restrict__ w, long long w_ld,
-                                                     int n, int vectors, const T* __restrict__ bias) {
+                                                     long long x_ldv, int m, const T* __restrict__ w, long long w_ld,
+                                                     int n, int vectors, const T* __restrict__ bias, long long x_ld,
+                                                     int k) {
   const int lane = threadIdx.x % 32;
   const long long row0 = ((long long)blockIdx.x * kWarps + threadIdx.x / 32) * kRows;
   const int m0 = blockIdx.y * kTileM;
   if (row0 >= n) return;
-  const uint4* xv = reinterpret_cast<const uint4*>(x) + m0 * x_ld;
+  const uint4* xv = reinterpret_cast<const uint4*>(x) + (kShift ? 0 : m0 * x_ldv);
   const uint4* wv = reinterpret_cast<const uint4*>(w);
+  const XRows xr = x_rows(m0, m, x_ld, k);  // unused, and so not computed, where !kShift
   float acc[kRows][kTileM];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -87,12 +158,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv(T* __restrict__ y, long long
       }
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
-      // Past K, and in rows past m (the last row read again, never stored), x is read from where
-      // it is valid and meets zeros of W or is dropped: no branch keeps the loads apart.
+      // Past K (zeroed there where x's rows are unaligned), and in rows past m, x is read from
+      // where it is valid and meets zeros of W or is dropped: no branch keeps the loads apart.
       const int v = min(v0 + 32 * u, vectors - 1);
 #pragma unroll
       for (int i = 0; i < kTileM; ++i) {
-        const uint4 xi = __ldg(xv + min(i, m - 1 - m0) * x_ld + v);
+        const uint4 xi = kShift ? x_vector(xv, xr, i, v, vectors) : __ldg(xv + min(i, m - 1 - m0) * x_ldv + v);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) fma8(acc[r][i], held[u][r], xi);
       }
@@ -152,10 +223,10 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
   if (cutsearch_abi::check_create(m, n, k, pad_n, pad_k, device, io)) return 1;
   using ${namespace}::kVec;
   const long long x_ld = io & CS_IO_X_PADDED ? pad_k : io & CS_IO_X_ALIGNED ? (k + kVec - 1) / kVec * kVec : k;
-  if (x_ld % kVec || pad_k % kVec)
-    return cutsearch_abi::refuse("cs_create: this kernel reads x and W in 16-byte vectors: their rows (%lld and %d "
-                                 "elements) must be multiples of %d",
-                                 x_ld, pad_k, kVec);
+  if (pad_k % kVec)
+    return cutsearch_abi::refuse("cs_create: this kernel reads W in 16-byte vectors: its row pitch pad_k (%d "
+                                 "elements) must be a multiple of %d",
+                                 pad_k, kVec);
   if ((m + ${namespace}::kTileM - 1) / ${namespace}::kTileM > 65535)
     return cutsearch_abi::refuse("cs_create: this kernel serves at most %d rows of x", 65535 * ${namespace}::kTileM);
   cs_layer* h = new (std::nothrow) cs_layer();
@@ -181,9 +252,10 @@ int cs_run(cs_layer* h, void* stream) {
   using namespace ${namespace};
   const long long y_ld = CS_OUT_T ? h->m : (h->io & CS_IO_Y_PADDED) ? h->pad_n : h->n;
   const dim3 grid(unsigned((h->n + kRows * kWarps - 1) / (kRows * kWarps)), unsigned((h->m + kTileM - 1) / kTileM));
-  gemv<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
+  auto* kernel = h->x_ld % kVec ? gemv<true> : gemv<false>;
+  kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<T*>(h->y), y_ld, static_cast<const T*>(h->x), h->x_ld / kVec, h->m, static_cast<const T*>(h->w),
-      h->pad_k / kVec, h->n, (h->k + kVec - 1) / kVec, static_cast<const T*>(h->bias));
+      h->pad_k / kVec, h->n, (h->k + kVec - 1) / kVec, static_cast<const T*>(h->bias), h->x_ld, h->k);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(h, "launch", cudaGetErrorString(e));
   return 0;

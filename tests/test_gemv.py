@@ -29,18 +29,21 @@ from cutsearch.space import (GEMV_MAX_M, GEMV_PARAM, GEMV_SHAPES, Knobs, Space, 
                              invalid_reason, kernel_problem, knob_grid)
 from cutsearch.workspace import Workspace
 from tests import fakes
+from tests.harness import build_harness
 
 Layer = cutsearch.Layer
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_gemv_kernel_serves_a_few_rows_of_whole_16_byte_vectors():
+def test_the_gemv_kernel_serves_a_few_rows_of_any_k():
     assert len(gemv_configs(Layer(m=1, n=4096, k=4096))) == len(GEMV_SHAPES)
     assert len(gemv_configs(Layer(m=GEMV_MAX_M, n=7, k=8, dtype="bf16", activation="silu"))) == len(GEMV_SHAPES)
     assert gemv_configs(Layer(m=GEMV_MAX_M + 1, n=4096, k=4096)) == ()
-    assert gemv_configs(Layer(m=2, n=4096, k=4100)) == ()  # rows of x not whole vectors
-    padded = Layer(m=2, n=4096, k=4100, input="padded")  # the caller's pitch is whole vectors
-    assert gemv_configs(padded) and kernel_problem(padded, gemv_configs(padded)[0]).pad_k == 4104
+    # x's rows need not be whole 16-byte vectors: x is read where it lies, W padded once when bound.
+    for layer in (Layer(m=2, n=4096, k=4100), Layer(m=2, n=4096, k=4100, input="padded")):
+        kp = kernel_problem(layer, gemv_configs(layer)[0])
+        assert (kp.pad_k, kp.pad_n, len(gemv_configs(layer))) == (4104, 4096, len(GEMV_SHAPES))
+        assert knob_grid(gemv_configs(layer)[0], layer) == [Knobs()]  # no copy of x, no row views
     assert not Space(Layer(m=1, n=64, k=64), gemv=False).gemv_configs()
 
 
@@ -136,6 +139,66 @@ def test_every_gemv_config_builds_without_spills_and_exports_the_c_abi(gemv_buil
         assert lib.cs_workspace_size(None) == 0
 
 
+X_ROWS_HARNESS = ROOT / "tests" / "gemv" / "x_rows_harness.cu"
+
+
+def _before_a_guard_page(nbytes: int):
+    """A uint16 buffer of nbytes (a multiple of 16) that ends where an unreadable page begins:
+    a read past it is a segmentation fault."""
+    import mmap
+
+    import numpy as np
+
+    page = mmap.PAGESIZE
+    size = -(-nbytes // page) * page
+    mem = mmap.mmap(-1, size + page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(base + size, page, 0) == 0, ctypes.get_errno()  # PROT_NONE
+    return np.frombuffer(mem, dtype=np.uint16, count=nbytes // 2, offset=size - nbytes)
+
+
+def _read_rows_of_x(library: str, tile_m: int) -> None:
+    import numpy as np
+
+    lib = ctypes.CDLL(library)
+    lib.test_x_rows.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p]
+    rng = np.random.default_rng(tile_m)
+    for k in (1, 3, 7, 8, 9, 37, 334, 999, 1000):
+        vectors = -(-k // 8)
+        for m in sorted({tile_m, 1, 2 * tile_m + 1, 7}):
+            for x_ld in sorted({k, vectors * 8}):  # x as it lies, and padded (where K is not already)
+                x = rng.integers(0, 0x7000, size=(m, x_ld), dtype=np.uint16)  # finite f16 bits
+                store = _before_a_guard_page(-(-(m * x_ld) // 8) * 16)  # up to the end of x's last vector
+                store[:] = 0x7C00
+                store[:m * x_ld] = x.ravel()
+                out = np.zeros((m, vectors * 8), dtype=np.uint16)
+                assert lib.test_x_rows(store.ctypes.data, m, x_ld, k, out.ctypes.data) == 0
+                want = np.zeros_like(out)
+                want[:, :k] = x[:, :k]
+                assert (out == want).all(), (k, m, x_ld)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("tile_m", range(1, GEMV_MAX_M + 1))
+def test_the_gemv_kernel_reads_each_row_of_x_where_it_lies(tile_m, kernel_cache):
+    """The kernel's own reading of unaligned rows of x (templates/gemv.cu's x_rows and x_vector),
+    run on the CPU: at every alignment a row can start at, each lane's vector holds the row's
+    elements and zeros past K, never the next row's, and no lane reads past x's last vector (an
+    unreadable page lies there; the reads run in a child process, which it would kill). x's bytes
+    past its last row are infinities (f16). Rows at a padded pitch (every one aligned) are read
+    through it too, without a shift."""
+    import multiprocessing
+
+    layer = Layer(m=tile_m, n=64, k=64)
+    built = build_harness(X_ROWS_HARNESS, kernel_cache, after=codegen.render(layer, gemv_configs(layer)[0]))
+    child = multiprocessing.get_context("fork").Process(target=_read_rows_of_x, args=(str(built.library), tile_m))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0, f"the reads failed (exit code {child.exitcode}; -11: past x's last vector)"
+
+
 @pytest.mark.nvcc
 def test_a_gemv_winner_exports_without_cutlass(tmp_path, monkeypatch):
     """The fake worker measures real gemv builds, each faster than the last (tests/fakes.py)."""
@@ -167,6 +230,11 @@ GPU_LAYERS = [
     Layer(m=3, n=1000, k=520, dtype="bf16", bias=True, activation="gelu", output="transposed"),
     Layer(m=4, n=333, k=4100, dtype="f16", activation="silu", input="padded", output="padded"),
     Layer(m=2, n=77, k=8, dtype="bf16", bias=True, activation="relu"),
+    # x's rows not 16-byte aligned: each row starts at its own element of a vector.
+    Layer(m=4, n=1001, k=999, dtype="f16", bias=True, activation="relu"),
+    Layer(m=3, n=300, k=37, dtype="bf16", activation="gelu", output="transposed"),
+    Layer(m=1, n=513, k=4095, dtype="f16", bias=True),
+    Layer(m=2, n=64, k=3, dtype="bf16", bias=True, activation="silu"),
 ]
 
 
@@ -188,25 +256,36 @@ def test_every_gemv_config_computes_the_layer(layer):
 
 @pytest.mark.gpu
 @pytest.mark.nvcc
-def test_a_searched_gemv_kernel_computes_other_row_counts_from_its_export(tmp_path):
+@pytest.mark.parametrize("k", [512, 509])
+def test_a_searched_gemv_kernel_computes_other_row_counts_from_its_export(tmp_path, k):
     torch = pytest.importorskip("torch")
-    layer = Layer(m=3, n=1000, k=512, dtype="bf16", bias=True, activation="gelu")
+    layer = Layer(m=3, n=1000, k=k, dtype="bf16", bias=True, activation="gelu")
     ws = Workspace(tmp_path)
     result = cutsearch.tune(layer, trials=len(GEMV_SHAPES), study="g", evaluator="gpu", workspace=ws,
                             command="pytest gemv")
     assert result.best is not None and result.best.config.gemv  # the first trials are the gemv configs
     target = export("g", out=tmp_path / "export", workspace=ws)
     gen = torch.Generator(device="cuda").manual_seed(7)
-    w = torch.randn(1000, 512, device="cuda", generator=gen).bfloat16()
+    w = torch.randn(1000, k, device="cuda", generator=gen).bfloat16()
     b = torch.randn(1000, device="cuda", generator=gen).bfloat16()
     fc = cutsearch.load(target, any_m=True).prepare(w, b)
     assert fc.via != "torch"
     for m in (3, 1, 7, 64):  # its tile's rows, fewer, and more: the grid covers the rest of M
-        x = torch.randn(m, 512, device="cuda", generator=gen).bfloat16()
+        x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
         want = torch.nn.functional.gelu(x.double() @ w.double().T + b.double())
         got = fc(x)
         torch.cuda.synchronize()
         assert (torch.linalg.norm(got.double() - want) / torch.linalg.norm(want)).item() < 1e-2, m
+    # Where K leaves rows unaligned, a row's last vector runs into the next row: an infinity there
+    # must not reach the row before it (W's padding is zero, and 0 x inf is NaN).
+    x = torch.randn(3, k, device="cuda", generator=gen).bfloat16()
+    x[1] = float("inf")
+    got = fc(x)
+    torch.cuda.synchronize()
+    want = torch.nn.functional.gelu(x.double() @ w.double().T + b.double())
+    for row in (0, 2):
+        assert torch.isfinite(got[row]).all(), row
+        assert (torch.linalg.norm(got[row].double() - want[row]) / torch.linalg.norm(want[row])).item() < 1e-2, row
 
 
 # -- recorded H200 data ------------------------------------------------------------------------

@@ -200,9 +200,10 @@ def test_the_gemv_kernel_reads_each_row_of_x_where_it_lies(tile_m, kernel_cache)
 
 
 @pytest.mark.nvcc
-def test_a_gemv_winner_exports_without_cutlass(tmp_path, monkeypatch):
+@pytest.mark.parametrize("k", [64, 61])
+def test_a_gemv_winner_exports_without_cutlass(tmp_path, monkeypatch, k):
     """The fake worker measures real gemv builds, each faster than the last (tests/fakes.py)."""
-    layer = Layer(m=2, n=64, k=64)
+    layer = Layer(m=2, n=64, k=k)
     monkeypatch.setenv(fakes.EPOCH_ENV, str(time.time() - 995))
     ws = Workspace(tmp_path)
     evaluator = GpuEvaluator(cache_dir=tmp_path / "kernels", jobs=2, worker=WorkerProcess(serve=fakes.serve))
@@ -216,9 +217,12 @@ def test_a_gemv_winner_exports_without_cutlass(tmp_path, monkeypatch):
     target = export("g", out=tmp_path / "export", workspace=ws)
     meta = json.loads((target / "meta.json").read_text())
     assert meta["backend"] == "gemv" and meta["kernel"].startswith("cutsearch_gemv_")
+    assert meta["transforms"]["pad_k"] == 64  # W's rows padded to whole vectors, once, when bound
     assert "set(CS_NEEDS_CUTLASS OFF)" in (target / "CMakeLists.txt").read_text()
     loaded = cutsearch.load(target, capability=(9, 0))
     assert loaded.backend == "gemv" and loaded.via != "torch"
+    # x as it lies, or at the kernel's pitch where K leaves its rows unaligned: neither is copied.
+    assert loaded.kernel_x_pitch == (64 if k % 8 else None)
     with pytest.raises(cutsearch.UserError, match="built for sm_90a"):
         cutsearch.load(target, capability=(8, 0))
 

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 ROOT = Path(__file__).resolve().parent.parent
 
 # Loads studies/<study>/best as an application would, with only ctypes, torch and meta.json,
-# and prints the relative Frobenius error of y against a float64 reference. C ABI version 2:
+# and prints the relative Frobenius error of y against a float64 reference. The C ABI (loader.ABI_VERSION):
 # cs_create(&h, M, N, K, pad_n, pad_k, device, raster, swizzle, splits, decomposition, reduction, io).
 CALL_BEST = r"""
 import ctypes, json, sys

@@ -84,11 +84,19 @@ __host__ __device__ __forceinline__ uint4 cut(const uint4& lo, const uint4& hi, 
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// Where a block's rows of x lie, x_ld elements apart, where x_ld is not a multiple of kVec
-// (rows past m read row m - 1 again, never stored): row i from vector at[i], shift[i] elements
-// into it; the last vector that holds any of x; how many elements of a row's last vector are
-// still in K: past them lie the next row's, which W's zeros would turn into NaN where they are
-// infinite.
+// x as 16-byte vectors from the one that holds its first element, and how many elements into
+// that one it starts (a caller may hand over x at any element).
+__host__ __device__ __forceinline__ const uint4* x_vectors(const void* x, int* off) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(x);
+  *off = int(p % 16 / sizeof(T));
+  return reinterpret_cast<const uint4*>(p - p % 16);
+}
+
+// Where a block's rows of x lie, x_ld elements apart from `off` elements into xv, where either
+// leaves rows unaligned (rows past m read row m - 1 again, never stored): row i from vector
+// at[i], shift[i] elements into it; the last vector that holds any of x; how many elements of a
+// row's last vector are still in K: past them lie the next row's, which W's zeros would turn
+// into NaN where they are infinite.
 struct XRows {
   long long at[kTileM];
   int shift[kTileM];
@@ -101,15 +109,15 @@ __host__ __device__ __forceinline__ unsigned in_k(unsigned word, int t, int elem
   return 2 * t + 1 < elements ? word : 2 * t < elements ? word & 0xffffu : 0u;
 }
 
-__host__ __device__ __forceinline__ XRows x_rows(int m0, int m, long long x_ld, int k) {
+__host__ __device__ __forceinline__ XRows x_rows(int m0, int m, long long x_ld, int k, int off) {
   XRows r;
 #pragma unroll
   for (int i = 0; i < kTileM; ++i) {
-    const long long e = (m0 + (i < m - 1 - m0 ? i : m - 1 - m0)) * x_ld;
+    const long long e = off + (m0 + (i < m - 1 - m0 ? i : m - 1 - m0)) * x_ld;
     r.at[i] = e / kVec;
     r.shift[i] = int(e % kVec);
   }
-  r.last = ((m - 1) * x_ld + k - 1) / kVec;
+  r.last = (off + (m - 1) * x_ld + k - 1) / kVec;
   r.in_k = k - (k - 1) / kVec * kVec;
   return r;
 }
@@ -126,20 +134,20 @@ __host__ __device__ __forceinline__ uint4 x_vector(const uint4* xv, const XRows&
 }
 
 // vectors: K's 16-byte vectors a row; x_ldv, w_ld: x's and W's row pitches in vectors; y_ld: y's
-// row pitch in elements (y^T: N rows of pitch m). kShift: x's rows are not whole vectors, and
-// x_ld, in elements, is x's pitch instead of x_ldv.
+// row pitch in elements (y^T: N rows of pitch m). kShift: x's rows are not whole vectors, or x
+// starts x_off elements into its first (x_vectors); x_ld, in elements, is then x's pitch.
 template <bool kShift>
 __global__ void __launch_bounds__(kWarps * 32) gemv(T* __restrict__ y, long long y_ld, const T* __restrict__ x,
                                                      long long x_ldv, int m, const T* __restrict__ w, long long w_ld,
                                                      int n, int vectors, const T* __restrict__ bias, long long x_ld,
-                                                     int k) {
+                                                     int k, int x_off) {
   const int lane = threadIdx.x % 32;
   const long long row0 = ((long long)blockIdx.x * kWarps + threadIdx.x / 32) * kRows;
   const int m0 = blockIdx.y * kTileM;
   if (row0 >= n) return;
   const uint4* xv = reinterpret_cast<const uint4*>(x) + (kShift ? 0 : m0 * x_ldv);
   const uint4* wv = reinterpret_cast<const uint4*>(w);
-  const XRows xr = x_rows(m0, m, x_ld, k);  // unused, and so not computed, where !kShift
+  const XRows xr = x_rows(m0, m, x_ld, k, x_off);  // unused, and so not computed, where !kShift
   float acc[kRows][kTileM];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -238,7 +246,9 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
 
 int cs_bind(cs_layer* h, const void* x, const void* w, const void* bias, void* y, void* workspace) {
   if (!h) return 1;
-  if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, CS_HAS_BIAS, y, workspace, 0, 16, 16)) {
+  // x may start at any element (x_vectors).
+  const size_t x_align = sizeof(${namespace}::T);
+  if (const char* problem = cutsearch_abi::bind_problem(x, w, bias, CS_HAS_BIAS, y, workspace, 0, x_align, 16)) {
     h->bound = false;
     return fail(h, "cs_bind", problem);
   }
@@ -252,10 +262,12 @@ int cs_run(cs_layer* h, void* stream) {
   using namespace ${namespace};
   const long long y_ld = CS_OUT_T ? h->m : (h->io & CS_IO_Y_PADDED) ? h->pad_n : h->n;
   const dim3 grid(unsigned((h->n + kRows * kWarps - 1) / (kRows * kWarps)), unsigned((h->m + kTileM - 1) / kTileM));
-  auto* kernel = h->x_ld % kVec ? gemv<true> : gemv<false>;
+  int x_off;
+  const uint4* x = x_vectors(h->x, &x_off);
+  auto* kernel = h->x_ld % kVec || x_off ? gemv<true> : gemv<false>;
   kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<T*>(h->y), y_ld, static_cast<const T*>(h->x), h->x_ld / kVec, h->m, static_cast<const T*>(h->w),
-      h->pad_k / kVec, h->n, (h->k + kVec - 1) / kVec, static_cast<const T*>(h->bias), h->x_ld, h->k);
+      static_cast<T*>(h->y), y_ld, reinterpret_cast<const T*>(x), h->x_ld / kVec, h->m, static_cast<const T*>(h->w),
+      h->pad_k / kVec, h->n, (h->k + kVec - 1) / kVec, static_cast<const T*>(h->bias), h->x_ld, h->k, x_off);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(h, "launch", cudaGetErrorString(e));
   return 0;

@@ -168,16 +168,18 @@ def _read_rows_of_x(library: str, tile_m: int) -> None:
     for k in (1, 3, 7, 8, 9, 37, 334, 999, 1000):
         vectors = -(-k // 8)
         for m in sorted({tile_m, 1, 2 * tile_m + 1, 7}):
-            for x_ld in sorted({k, vectors * 8}):  # x as it lies, and padded (where K is not already)
+            # x as it lies, and padded (where K is not already), from the start of a vector or
+            # from any element into one.
+            for x_ld, off in [(x_ld, off) for x_ld in sorted({k, vectors * 8}) for off in (0, 1, 5, 7)]:
                 x = rng.integers(0, 0x7000, size=(m, x_ld), dtype=np.uint16)  # finite f16 bits
-                store = _before_a_guard_page(-(-(m * x_ld) // 8) * 16)  # up to the end of x's last vector
+                store = _before_a_guard_page(-(-(off + m * x_ld) // 8) * 16)  # to the end of x's last vector
                 store[:] = 0x7C00
-                store[:m * x_ld] = x.ravel()
+                store[off:off + m * x_ld] = x.ravel()
                 out = np.zeros((m, vectors * 8), dtype=np.uint16)
-                assert lib.test_x_rows(store.ctypes.data, m, x_ld, k, out.ctypes.data) == 0
+                assert lib.test_x_rows(store[off:].ctypes.data, m, x_ld, k, out.ctypes.data) == 0
                 want = np.zeros_like(out)
                 want[:, :k] = x[:, :k]
-                assert (out == want).all(), (k, m, x_ld)
+                assert (out == want).all(), (k, m, x_ld, off)
 
 
 @pytest.mark.nvcc
@@ -187,8 +189,8 @@ def test_the_gemv_kernel_reads_each_row_of_x_where_it_lies(tile_m, kernel_cache)
     run on the CPU: at every alignment a row can start at, each lane's vector holds the row's
     elements and zeros past K, never the next row's, and no lane reads past x's last vector (an
     unreadable page lies there; the reads run in a child process, which it would kill). x's bytes
-    past its last row are infinities (f16). Rows at a padded pitch (every one aligned) are read
-    through it too, without a shift."""
+    past its last row are infinities (f16). Rows at a padded pitch are read through it too, and x
+    may start at any element of a vector (cs_run dispatches there by the same x_vectors)."""
     import multiprocessing
 
     layer = Layer(m=tile_m, n=64, k=64)

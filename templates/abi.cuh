@@ -24,6 +24,13 @@ inline int refuse(const char* format, ...) {
   return 1;
 }
 
+// A call on handle h failed: its reason, for cs_error(h), and the C ABI's failure code.
+template <class Handle>
+int fail(Handle* h, const char* what, const char* detail) {
+  if (h) std::snprintf(h->error, sizeof(h->error), "%s: %s", what, detail);
+  return 1;
+}
+
 // 0 where cs_create can make this layer; otherwise 1, with the reason for cs_error(NULL).
 inline int check_create(int m, int n, int k, int pad_n, int pad_k, int device, int io) {
   create_error[0] = '\0';

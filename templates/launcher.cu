@@ -182,10 +182,7 @@ struct cs_layer {
   char error[512] = {0};
 };
 
-static int fail(cs_layer* h, const char* what, const char* detail) {
-  if (h) std::snprintf(h->error, sizeof(h->error), "%s: %s", what, detail);
-  return 1;
-}
+using cutsearch_abi::fail;
 
 extern "C" {
 

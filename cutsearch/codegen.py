@@ -17,8 +17,8 @@ import string
 from pathlib import Path
 
 from cutsearch.problem import Layer
-from cutsearch.space import (GEMV_WARPS, SIMT_EPILOGUES, STAGED_WARPS, Config, gemv_shape, kernel_problem,
-                             own_copy_built, row_views)
+from cutsearch.space import (GEMV_WARPS, SIMT_EPILOGUES, STAGED_WARPS, Config, gemv_shape, gemv_splits,
+                             kernel_problem, own_copy_built, row_views)
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 if not TEMPLATES.is_dir():  # installed as a wheel: the templates ship inside the package
@@ -411,7 +411,8 @@ def render_gemv(layer: Layer, config: Config) -> KernelSource:
     code = render_template("gemv.cu", operation_name=name, is_bf16=int(layer.dtype == "bf16"),
                            has_bias=int(layer.bias), act=ACTIVATIONS[layer.activation],
                            transposed=int(layer.output == "transposed"), tile_m=config.tile_m, rows=rows, loads=loads,
-                           warps=GEMV_WARPS, activations=activations(), abi_checks=abi_checks(), namespace=_NAMESPACE)
+                           warps=GEMV_WARPS, max_splits=max(gemv_splits(loads)), activations=activations(),
+                           abi_checks=abi_checks(), namespace=_NAMESPACE)
     namespace = "cs_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(operation_name=name, code=code.replace(_NAMESPACE, namespace),
                         cutlass_version=cutlass_version())

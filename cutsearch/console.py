@@ -183,8 +183,10 @@ def print_summary(console: Console, s: dict[str, Any], result: Any = None) -> No
 def _config_line(c: dict[str, Any], knobs: dict[str, Any]) -> str:
     if c["kernel_schedule"] == "gemv":
         rows = "1 row" if c["tile_m"] == 1 else f"{c['tile_m']} rows"
-        return (f"gemv kernel on CUDA cores: {rows} of x, {c['tile_n']} of W a block "
-                f"({c['tile_n'] // GEMV_WARPS} a warp), K in steps of {c['tile_k']}")
+        splits = knobs.get("splits", 1)
+        shared = f", each row's K shared by {splits} warps" if splits > 1 else ""
+        return (f"gemv kernel on CUDA cores: {rows} of x, {c['tile_n'] // splits} of W a block "
+                f"({c['tile_n'] // GEMV_WARPS} a warp{shared}), K in steps of {c['tile_k']}")
     line = (f"CTA {c['tile_m']}x{c['tile_n']}x{c['tile_k']}, cluster {c['cluster_m']}x{c['cluster_n']}, "
             f"{c['kernel_schedule']}/{c['epilogue_schedule']}, stages {c['stages'] or 'auto'}, {c['tile_scheduler']}")
     if c["swap_ab"]:

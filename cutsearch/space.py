@@ -64,8 +64,8 @@ DEFAULT_STAGES = (0,)
 
 # The gemv kernel (templates/gemv.cu), for a few rows of x: CUDA cores, a warp on `rows` rows of
 # W, its lanes splitting K in 16-byte vectors with `loads` of each row in flight. As a Config, a
-# block's tile: tile_m rows of x (M itself), tile_n = GEMV_WARPS x rows rows of W, tile_k =
-# 32 lanes x `loads` vectors of K. Where M <= 4 and W is large, a probe of it read W at 88-97% of
+# block's tile: tile_m rows of x (M itself), tile_n = GEMV_WARPS x rows rows of W (a split block
+# covers 1 / splits of them, GEMV_SPLITS), tile_k = 32 lanes x `loads` vectors of K. Where M <= 4 and W is large, a probe of it read W at 88-97% of
 # the streaming floor's speed on an H100, 1.09-1.21x F.linear; from M = 8 its fp32 arithmetic
 # bound it, and CUTLASS's tiles ran faster (studies/recorded/h100-2026-12-06-skinny-probe/). In
 # default searches on the H200 its best trial beat CUTLASS's by 6-19% on four layers of 1-3 rows;
@@ -76,6 +76,12 @@ GEMV_WARPS = 8
 # vectors in flight a lane never was.
 GEMV_SHAPES = ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2))
 GEMV_PARAM = "gemv"  # the Optuna parameter of a gemv trial: its tile, "MxNxK"
+# Warps that share a row's K, a run-time knob (Knobs.splits): where W has few rows, a warp a row
+# left SMs without loads (2x512x3904: 64 blocks for 132 SMs, 12.96 µs against split-K
+# CUTLASS's 9.78; studies/recorded/h200-2026-12-06-gemv/drawn/).
+GEMV_SPLITS = (1, 2, 4, 8)
+# With eight loads a lane in flight, a kernel whose warps share rows spilled registers (ptxas).
+GEMV_SPLIT_MAX_LOADS = 4
 
 SMEM_BYTES = 227 * 1024
 SM_COUNT = 132
@@ -275,6 +281,11 @@ def gemv_config(layer: Layer, rows: int, loads: int) -> Config:
 def gemv_shape(config: Config, dtype: str) -> tuple[int, int]:
     """A gemv config's (rows, loads)."""
     return config.tile_n // GEMV_WARPS, config.tile_k // (32 * (16 // BYTES[dtype]))
+
+
+def gemv_splits(loads: int) -> tuple[int, ...]:
+    """How many warps may share a row's K in a gemv kernel of `loads` loads a lane."""
+    return GEMV_SPLITS if loads <= GEMV_SPLIT_MAX_LOADS else (1,)
 
 
 def gemv_unserved(layer: Layer) -> str | None:
@@ -479,7 +490,9 @@ def _split_k_invalid(layer: Layer, c: Config, kp: KernelProblem) -> str | None:
 def knob_grid(config: Config, layer: Layer) -> list[Knobs]:
     """Run-time variants measured on each built kernel: the search's second level."""
     if config.gemv:
-        return [Knobs()]  # its shape is all compiled in
+        # Splits that leave each of a row's warps a pass of K (the rest is compiled in).
+        passes = -(-kernel_problem(layer, config).pad_k // config.tile_k)
+        return [Knobs(splits=s) for s in gemv_splits(gemv_shape(config, layer.dtype)[1]) if s <= passes]
     kp = kernel_problem(layer, config)
     grid = [Knobs(raster=r, swizzle=s) for r in (1, 2) for s in (1, 2, 4, 8)]
     if config.tile_scheduler == "streamk":

@@ -5,9 +5,11 @@
 // Where M is a handful of rows, the layer is W streamed once: a warp owns kRows consecutive rows
 // of W and its lanes split K in 16-byte vectors; each lane issues its kLoads x kRows loads of W
 // before it uses any, and reads x through the read-only path (M x K is small and stays in L1/L2).
-// A block of kWarps warps covers kRows * kWarps rows of W and kTileM rows of x (the grid's y
-// covers the rest of M). W's rows must be whole 16-byte vectors (it is padded once, when bound);
-// x's need not be: where K leaves them unaligned, each lane cuts x's elements out of two vectors.
+// A block of kWarps warps covers kRows * kWarps / splits rows of W and kTileM rows of x (the
+// grid's y covers the rest of M): `splits`, a run-time knob, is how many warps share a row's K,
+// summed through shared memory, so that a W of few rows still fills the SMs with loads. W's rows
+// must be whole 16-byte vectors (it is padded once, when bound); x's need not be: where K leaves
+// them unaligned, each lane cuts x's elements out of two vectors.
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -46,6 +48,7 @@ constexpr int kTileM = ${tile_m};  // rows of x a block computes
 constexpr int kRows = ${rows};     // rows of W a warp owns
 constexpr int kLoads = ${loads};   // 16-byte loads of each row a lane has in flight
 constexpr int kWarps = ${warps};
+constexpr int kMaxSplits = ${max_splits};  // warps that may share a row's K (space.gemv_splits)
 constexpr int kVec = 16 / int(sizeof(T));
 
 __device__ __forceinline__ void fma8(float& acc, const uint4& a, const uint4& b) {
@@ -136,14 +139,24 @@ __host__ __device__ __forceinline__ uint4 x_vector(const uint4* xv, const XRows&
 // vectors: K's 16-byte vectors a row; x_ldv, w_ld: x's and W's row pitches in vectors; y_ld: y's
 // row pitch in elements (y^T: N rows of pitch m). kShift: x's rows are not whole vectors, or x
 // starts x_off elements into its first (x_vectors); x_ld, in elements, is then x's pitch.
-template <bool kShift>
+// kSplit: warps share a row's K, `splits` of them (dividing kWarps: cs_create checks); without
+// it the kernel is the one measured before splits were (its registers are as they were).
+template <bool kShift, bool kSplit>
 __global__ void __launch_bounds__(kWarps * 32) gemv(T* __restrict__ y, long long y_ld, const T* __restrict__ x,
                                                      long long x_ldv, int m, const T* __restrict__ w, long long w_ld,
                                                      int n, int vectors, const T* __restrict__ bias, long long x_ld,
-                                                     int k, int x_off) {
-  const int lane = threadIdx.x % 32;
-  const long long row0 = ((long long)blockIdx.x * kWarps + threadIdx.x / 32) * kRows;
+                                                     int k, int x_off, int splits_arg) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int splits = kSplit ? splits_arg : 1;
+  const int part = warp % splits;  // of the K a warp's group of `splits` shares
+  // Each part a run of whole passes of the warp: a stride of `splits` passes spilled registers.
+  constexpr int kPass = 32 * kLoads;
+  const int chunk = ((vectors + kPass - 1) / kPass + splits - 1) / splits * kPass;
+  const int begin = kSplit ? part * chunk : 0;
+  const int end = kSplit ? min(vectors, begin + chunk) : vectors;
+  const long long row0 = ((long long)blockIdx.x * (kWarps / splits) + warp / splits) * kRows;
   const int m0 = blockIdx.y * kTileM;
+  // Whole warps past W's rows exit: PTX's barrier waits only for threads that have not.
   if (row0 >= n) return;
   const uint4* xv = reinterpret_cast<const uint4*>(x) + (kShift ? 0 : m0 * x_ldv);
   const uint4* wv = reinterpret_cast<const uint4*>(w);
@@ -154,7 +167,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv(T* __restrict__ y, long long
 #pragma unroll
     for (int i = 0; i < kTileM; ++i) acc[r][i] = 0.f;
 #pragma unroll 1
-  for (int v0 = lane; v0 < vectors; v0 += 32 * kLoads) {
+  for (int v0 = begin + lane; v0 < end; v0 += kPass) {
     uint4 held[kLoads][kRows];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u)
@@ -191,6 +204,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv(T* __restrict__ y, long long
 #pragma unroll
     for (int i = 0; i < kTileM; ++i)
       if (lane == r * kTileM + i) v = acc[r][i];
+  if (kSplit) {  // the group's first warp sums its parts, in order: the same sum every call
+    __shared__ float parts[kWarps][kRows * kTileM];
+    if (lane < kRows * kTileM) parts[warp][lane] = v;
+    __syncthreads();
+    if (part) return;
+    v = 0.f;
+    for (int p = 0; p < splits; ++p) v += parts[warp + p][lane % (kRows * kTileM)];
+  }
   const long long c = row0 + lane / kTileM;
   const int row = m0 + lane % kTileM;
   if (lane >= kRows * kTileM || c >= n || row >= m) return;
@@ -199,10 +220,19 @@ __global__ void __launch_bounds__(kWarps * 32) gemv(T* __restrict__ y, long long
   y[CS_OUT_T ? c * y_ld + row : row * y_ld + c] = T(v);
 }
 
+// Only where warps may share a row is the split kernel built: with eight loads a lane in flight
+// its registers spilled.
+template <bool kShift>
+auto* kernel_for(int splits) {
+  if constexpr (kMaxSplits > 1)
+    if (splits > 1) return gemv<kShift, true>;
+  return gemv<kShift, false>;
+}
+
 }  // namespace ${namespace}
 
 struct cs_layer {
-  int m, n, k, pad_n, pad_k, io;
+  int m, n, k, pad_n, pad_k, io, splits;
   long long x_ld;  // x's row pitch in elements
   const void *x = nullptr, *w = nullptr, *bias = nullptr;
   void* y = nullptr;
@@ -219,12 +249,16 @@ const char* cs_kernel_name(void) { return "${operation_name}"; }
 const char* cs_error(const cs_layer* h) { return cutsearch_abi::cs_error_of(h ? h->error : nullptr, h); }
 size_t cs_workspace_size(const cs_layer*) { return 0; }
 
-// raster, swizzle, splits, decomposition and reduction are the CUTLASS kernels' knobs: this
-// kernel has none. Of io's flags it reads the layouts of x and y; the others ask for work it
-// does not do (copies, views) and are ignored.
-int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device, int, int, int, int, int, int io) {
+// Of the CUTLASS kernels' knobs this kernel has splits alone: how many warps share a row of W's
+// K. raster, swizzle, decomposition and reduction are ignored. Of io's flags it reads the layouts
+// of x and y; the others ask for work it does not do (copies, views) and are ignored.
+int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int device, int, int, int splits, int, int,
+              int io) {
   if (!out) return cutsearch_abi::refuse("cs_create: out is null");
   *out = nullptr;
+  if (splits < 1 || splits > ${namespace}::kMaxSplits || ${namespace}::kWarps % splits)
+    return cutsearch_abi::refuse("cs_create: splits (%d) must divide %d, this kernel's most warps to share a row",
+                                 splits, ${namespace}::kMaxSplits);
   if (cutsearch_abi::check_create(m, n, k, pad_n, pad_k, device, io)) return 1;
   using ${namespace}::kVec;
   const long long x_ld = io & CS_IO_X_PADDED ? pad_k : io & CS_IO_X_ALIGNED ? (k + kVec - 1) / kVec * kVec : k;
@@ -236,7 +270,7 @@ int cs_create(cs_layer** out, int m, int n, int k, int pad_n, int pad_k, int dev
     return cutsearch_abi::refuse("cs_create: this kernel serves at most %d rows of x", 65535 * ${namespace}::kTileM);
   cs_layer* h = new (std::nothrow) cs_layer();
   if (!h) return cutsearch_abi::refuse("cs_create: out of host memory");
-  h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k; h->io = io; h->x_ld = x_ld;
+  h->m = m; h->n = n; h->k = k; h->pad_n = pad_n; h->pad_k = pad_k; h->io = io; h->x_ld = x_ld; h->splits = splits;
   *out = h;
   return 0;
 }
@@ -258,13 +292,14 @@ int cs_run(cs_layer* h, void* stream) {
   if (!h || !h->bound) return fail(h, "cs_run", "cs_bind was not called");
   using namespace ${namespace};
   const long long y_ld = CS_OUT_T ? h->m : (h->io & CS_IO_Y_PADDED) ? h->pad_n : h->n;
-  const dim3 grid(unsigned((h->n + kRows * kWarps - 1) / (kRows * kWarps)), unsigned((h->m + kTileM - 1) / kTileM));
+  const int block_rows = kRows * kWarps / h->splits;
+  const dim3 grid(unsigned((h->n + block_rows - 1) / block_rows), unsigned((h->m + kTileM - 1) / kTileM));
   int x_off;
   const uint4* x = x_vectors(h->x, &x_off);
-  auto* kernel = h->x_ld % kVec || x_off ? gemv<true> : gemv<false>;
+  auto* kernel = h->x_ld % kVec || x_off ? kernel_for<true>(h->splits) : kernel_for<false>(h->splits);
   kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<T*>(h->y), y_ld, reinterpret_cast<const T*>(x), h->x_ld / kVec, h->m, static_cast<const T*>(h->w),
-      h->pad_k / kVec, h->n, (h->k + kVec - 1) / kVec, static_cast<const T*>(h->bias), h->x_ld, h->k, x_off);
+      h->pad_k / kVec, h->n, (h->k + kVec - 1) / kVec, static_cast<const T*>(h->bias), h->x_ld, h->k, x_off, h->splits);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(h, "launch", cudaGetErrorString(e));
   return 0;

@@ -8,6 +8,7 @@ tests/fakes.py; the kernels are real nvcc builds.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import re
 import time
@@ -25,7 +26,8 @@ from cutsearch.export import export
 from cutsearch.outcome import Measurement
 from cutsearch.pool import WorkerProcess
 from cutsearch.search import search
-from cutsearch.space import (GEMV_MAX_M, GEMV_PARAM, GEMV_SHAPES, Knobs, Space, gemv_configs, gemv_shape,
+from cutsearch.space import (GEMV_MAX_M, GEMV_PARAM, GEMV_SHAPES, GEMV_SPLITS, Knobs, Space, gemv_configs, gemv_shape,
+                             gemv_splits,
                              invalid_reason, kernel_problem, knob_grid)
 from cutsearch.workspace import Workspace
 from tests import fakes
@@ -43,7 +45,8 @@ def test_the_gemv_kernel_serves_a_few_rows_of_any_k():
     for layer in (Layer(m=2, n=4096, k=4100), Layer(m=2, n=4096, k=4100, input="padded")):
         kp = kernel_problem(layer, gemv_configs(layer)[0])
         assert (kp.pad_k, kp.pad_n, len(gemv_configs(layer))) == (4104, 4096, len(GEMV_SHAPES))
-        assert knob_grid(gemv_configs(layer)[0], layer) == [Knobs()]  # no copy of x, no row views
+        # No copy of x, no row views: only how many warps share a row's K.
+        assert knob_grid(gemv_configs(layer)[0], layer) == [Knobs(splits=s) for s in GEMV_SPLITS]
     assert not Space(Layer(m=1, n=64, k=64), gemv=False).gemv_configs()
 
 
@@ -52,7 +55,16 @@ def test_a_gemv_config_is_valid_only_for_its_own_layer():
     configs = gemv_configs(layer)
     assert [gemv_shape(c, layer.dtype) for c in configs] == list(GEMV_SHAPES)
     assert all(invalid_reason(layer, c) is None and c.gemv for c in configs)
+    # K = 512 is one pass of a warp of every shape here (32 lanes x 2-8 loads of 8 bf16): no warp
+    # would be left a share of it.
     assert all(knob_grid(c, layer) == [Knobs()] for c in configs)
+    # 4096 is 8 passes of 2 loads and 4 of 4; 8 loads a lane are never split (gemv_splits).
+    wide = dataclasses.replace(layer, k=4096)
+    assert [[k.splits for k in knob_grid(c, wide)] for c in gemv_configs(wide)] == [
+        [1, 2, 4, 8] if loads == 2 else [1, 2, 4] if loads == 4 else [1] for _, loads in GEMV_SHAPES]
+    one_row = configs[0].to_dict()  # 8 rows of W a block, one a warp
+    assert _config_line(one_row, {}).endswith(": 3 rows of x, 8 of W a block (1 a warp), K in steps of 512")
+    assert "2 of W a block (1 a warp, each row's K shared by 4 warps)" in _config_line(one_row, {"splits": 4})
     assert "at most 4 rows" in invalid_reason(Layer(m=5, n=1000, k=512), configs[0])
     assert "outside the space" in invalid_reason(Layer(m=2, n=1000, k=512, dtype="bf16"), configs[0])  # tile_m 3
     for c in configs:  # through Optuna's parameters and back, as a study stores it
@@ -117,7 +129,7 @@ def gemv_builds():
     sources = {}
     for layer in BUILT_LAYERS:
         for config in gemv_configs(layer):
-            sources[(layer.slug, config.key)] = codegen.render(layer, config)
+            sources[(layer, config)] = codegen.render(layer, config)
     keys = list(sources)
     built = dict(local_compiler(jobs=8).compile_many(list(enumerate(sources.values()))))
     return {keys[i]: (sources[keys[i]], b) for i, b in built.items()}
@@ -126,7 +138,8 @@ def gemv_builds():
 @pytest.mark.nvcc
 def test_every_gemv_config_builds_without_spills_and_exports_the_c_abi(gemv_builds):
     assert len(gemv_builds) == len(BUILT_LAYERS) * len(GEMV_SHAPES)
-    for key, (source, built) in gemv_builds.items():
+    for (layer, config), (source, built) in gemv_builds.items():
+        key = (layer.slug, config.key)
         assert hasattr(built, "library"), (key, built)
         assert built.ptxas.spill_bytes == 0 and built.ptxas.stack_bytes == 0, (key, built.ptxas)
         assert not re.search(r'#include\s*[<"]cut(e|lass)/', source.code), key  # no CUTLASS headers
@@ -137,6 +150,13 @@ def test_every_gemv_config_builds_without_spills_and_exports_the_c_abi(gemv_buil
         assert lib.cs_abi_version() == 3
         assert lib.cs_kernel_name().decode() == source.operation_name
         assert lib.cs_workspace_size(None) == 0
+        lib.cs_error.restype = ctypes.c_char_p
+        most = max(gemv_splits(gemv_shape(config, layer.dtype)[1]))
+        for splits in (0, 3, 16, most * 2):  # a row's K is shared by warps of one block, of 8
+            handle = ctypes.c_void_p()
+            assert lib.cs_create(ctypes.byref(handle), 1, 64, 64, 64, 64, 0, 0, 1, splits, 0, 0, 0) == 1
+            assert not handle.value
+            assert f"splits ({splits}) must divide {most}," in lib.cs_error(None).decode()
 
 
 X_ROWS_HARNESS = ROOT / "tests" / "gemv" / "x_rows_harness.cu"
@@ -258,6 +278,8 @@ def test_every_gemv_config_computes_the_layer(layer):
     for ev in evaluations:
         assert isinstance(ev.outcome, Measurement), (ev.config.key, ev.outcome)
         assert ev.outcome.rel_error < 1e-2 and ev.outcome.median_us > 0, ev.config.key
+        # A variant the worker found wrong would be dropped from the timings: none was.
+        assert [k for k, _ in ev.outcome.variants] == knob_grid(ev.config, layer), ev.config.key
 
 
 @pytest.mark.gpu

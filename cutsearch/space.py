@@ -65,11 +65,12 @@ DEFAULT_STAGES = (0,)
 # The gemv kernel (templates/gemv.cu), for a few rows of x: CUDA cores, a warp on `rows` rows of
 # W, its lanes splitting K in 16-byte vectors with `loads` of each row in flight. As a Config, a
 # block's tile: tile_m rows of x (M itself), tile_n = GEMV_WARPS x rows rows of W (a split block
-# covers 1 / splits of them, GEMV_SPLITS), tile_k = 32 lanes x `loads` vectors of K. Where M <= 4 and W is large, a probe of it read W at 88-97% of
-# the streaming floor's speed on an H100, 1.09-1.21x F.linear; from M = 8 its fp32 arithmetic
-# bound it, and CUTLASS's tiles ran faster (studies/recorded/h100-2026-12-06-skinny-probe/). In
-# default searches on the H200 its best trial beat CUTLASS's by 6-19% on four layers of 1-3 rows;
-# on 4x4096x4096 the two were within 2%, and the race chose it (studies/recorded/h200-2026-12-06-gemv/).
+# covers 1 / splits of them, GEMV_SPLITS), tile_k = 32 lanes x `loads` vectors of K. Where M <= 4
+# and W is large, a probe of it read W at 88-97% of the streaming floor's speed on an H100,
+# 1.09-1.21x F.linear; from M = 8 its fp32 arithmetic bound it, and CUTLASS's tiles ran faster
+# (studies/recorded/h100-2026-12-06-skinny-probe/). In default searches on the H200 its best
+# trial beat CUTLASS's by 6-19% on four layers of 1-3 rows; on 4x4096x4096 the two were within
+# 2%, and the race chose it (studies/recorded/h200-2026-12-06-gemv/).
 GEMV_MAX_M = 4
 GEMV_WARPS = 8
 # (rows, loads): each of these was a probe layer's fastest or within 1% of it; more than eight
@@ -78,7 +79,9 @@ GEMV_SHAPES = ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2))
 GEMV_PARAM = "gemv"  # the Optuna parameter of a gemv trial: its tile, "MxNxK"
 # Warps that share a row's K, a run-time knob (Knobs.splits): where W has few rows, a warp a row
 # left SMs without loads (2x512x3904: 64 blocks for 132 SMs, 12.96 µs against split-K
-# CUTLASS's 9.78; studies/recorded/h200-2026-12-06-gemv/drawn/).
+# CUTLASS's 9.78 on an H200). With 8 warps a row it took 7.50 µs against 13.23 on an H100, and
+# 1.35x F.linear; where W has thousands of rows, splits lost 2-12%
+# (studies/recorded/h100-2026-12-06-gemv-split/).
 GEMV_SPLITS = (1, 2, 4, 8)
 # With eight loads a lane in flight, a kernel whose warps share rows spilled registers (ptxas).
 GEMV_SPLIT_MAX_LOADS = 4

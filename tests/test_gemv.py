@@ -316,15 +316,20 @@ def test_a_searched_gemv_kernel_computes_other_row_counts_from_its_export(tmp_pa
         assert (torch.linalg.norm(got[row].double() - want[row]) / torch.linalg.norm(want[row])).item() < 1e-2, row
 
 
-# -- recorded H200 data ------------------------------------------------------------------------
+# -- recorded GPU data ------------------------------------------------------------------------
 
-RECORDED = ROOT / "studies" / "recorded" / "h200-2026-12-06-gemv"
+RECORDED = ROOT / "studies" / "recorded"
 
 
-@pytest.mark.parametrize("study, winner", [("v_m1", "1x8x512"), ("v_m1_wide", "1x8x1024"), ("drawn/r12_1", None)])
-def test_a_replayed_recorded_study_measures_the_gemv_configs_first(tmp_path, study, winner):
-    """Recorded on one H200: replaying it measures nothing. Where the gemv kernel's best trial was
-    the fastest, the replayed search finds it; where split-K's CUTLASS kernel was (r12_1), that."""
+@pytest.mark.parametrize("study, winner, splits", [
+    ("h200-2026-12-06-gemv/v_m1", "1x8x512", 1), ("h200-2026-12-06-gemv/v_m1_wide", "1x8x1024", 1),
+    ("h200-2026-12-06-gemv/drawn/r12_1", None, None),
+    # The same layer on an H100, once warps could share a row's K: 8 of them a row won.
+    ("h100-2026-12-06-gemv-split/r12_1", "2x16x512", 8)])
+def test_a_replayed_recorded_study_measures_the_gemv_configs_first(tmp_path, study, winner, splits):
+    """Recorded on one GPU: replaying it measures nothing. Where the gemv kernel's best trial was
+    the fastest, the replayed search finds it, with the run-time split it measured fastest; where
+    split-K's CUTLASS kernel was (r12_1 before gemv splits), that."""
     path = RECORDED / f"{study}.json"
     layer, recorded, _ = read_recording(path)
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/replay.db")
@@ -337,5 +342,6 @@ def test_a_replayed_recorded_study_measures_the_gemv_configs_first(tmp_path, stu
     assert result.best.config.gemv == (winner is not None)
     if winner is not None:
         assert result.best.config == fastest.config and result.best.config.key.startswith(winner)
+        assert result.best.evaluation["measurement"]["knobs"]["splits"] == splits
     else:
         assert result.best.median_us < gemv_best  # a CUTLASS config the sampler reached beat every gemv one

@@ -36,13 +36,12 @@ from cutsearch import model, persist
 from cutsearch.errors import UserError
 from cutsearch.evaluator import MEASURE_TIMEOUT_S, Evaluation, read_recording, save_recording
 from cutsearch.outcome import Failure, FailureKind, Measurement
-from cutsearch.problem import Layer
+from cutsearch.problem import Layer, replayed_from
 from cutsearch.search import BATCH_PER_JOB
 from cutsearch.space import Config, Space, invalid_reason
 
 STRATEGIES = ("tpe+warm", "tpe", "random", "model")
 TOLERANCE = 0.02
-REPLAY_NOTE = "replayed from recorded H200 measurements: nothing was built or measured to make these figures"
 
 
 # --------------------------------------------------------------------------- recordings
@@ -504,7 +503,8 @@ def benchmark(recordings: Sequence[Recording], *, strategies: Sequence[str] = ST
     report: dict[str, Any] = {
         "recorded": True,
         "source": "recorded",
-        "note": REPLAY_NOTE,
+        "note": f"{replayed_from(r.meta.get('gpu') for r in recordings)}: nothing was built or measured to make "
+                "these figures",
         "date": datetime.date.today().isoformat(),
         "command": command,
         "tolerance": tolerance,
@@ -558,13 +558,17 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The README table: trials and replayed wall time to come within the tolerance of the best."""
     pct = f"{100 * report['tolerance']:g}%"
     lines = [
-        f"Replayed from recorded H200 measurements, not measured in this run: trials (and replayed wall "
-        f"time, {report['cost_model']['jobs']} nvcc jobs, batches of {report['batch']}) until a kernel within "
-        f"{pct} of the recording's best, mean over {report['repeats']} seeds (the model's ranking has one order).",
+        f"{_sentence(replayed_from(r['gpu'] for r in report['recordings']))}, not measured in this run: trials "
+        f"(and replayed wall time, {report['cost_model']['jobs']} nvcc jobs, batches of {report['batch']}) until "
+        f"a kernel within {pct} of the recording's best, mean over {report['repeats']} seeds (the model's ranking has one order).",
         "",
         f"| recording | configs | best (µs) | strategy | trials to {pct} | replayed wall time |",
         "| --- | ---: | ---: | --- | ---: | ---: |",

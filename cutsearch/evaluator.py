@@ -1,7 +1,7 @@
 """Evaluators turn a batch of configs into Evaluations. All three pass one contract test suite.
 
 - GpuEvaluator: generate, compile in parallel, and measure on the GPU in a killable worker.
-- ReplayEvaluator: answer from recorded H200 evaluations (labelled as recorded).
+- ReplayEvaluator: answer from recorded evaluations (labelled as recorded, with their GPU).
 - ModelEvaluator: answer from the analytic cost model (labelled as predictions).
 """
 
@@ -187,22 +187,26 @@ def _layer_args(layer: Layer) -> dict[str, Any]:
 
 
 class ReplayEvaluator:
-    """Replays recorded H200 evaluations. Every outcome it gives was measured earlier, not now."""
+    """Replays recorded evaluations. Every outcome it gives was measured earlier, not now, on
+    `recorded_gpu` where the recording names it."""
 
     source = "recorded"
 
-    def __init__(self, recording: dict[str, Evaluation], *, delay_s: float = 0.0) -> None:
+    def __init__(self, recording: dict[str, Evaluation], *, delay_s: float = 0.0,
+                 recorded_gpu: str | None = None) -> None:
         self.recording = recording
         self.delay_s = delay_s
+        self.recorded_gpu = recorded_gpu
 
     @classmethod
     def load(cls, path: Path, layer: Layer | None = None) -> ReplayEvaluator:
-        recorded, evals, _ = read_recording(path)
+        recorded, evals, meta = read_recording(path)
         if layer is not None and recorded.to_dict() != layer.to_dict():
             from cutsearch.errors import UserError
 
             raise UserError(f"recording {path} is for layer {recorded.to_dict()}, not {layer.to_dict()}")
-        return cls({e.config.key: e for e in evals})
+        gpu = meta.get("gpu")
+        return cls({e.config.key: e for e in evals}, recorded_gpu=gpu if isinstance(gpu, str) else None)
 
     def configs(self) -> list[Config]:
         return [e.config for e in self.recording.values()]

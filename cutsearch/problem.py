@@ -6,7 +6,7 @@ import dataclasses
 import math
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from cutsearch.errors import UserError
 
@@ -31,6 +31,12 @@ def floor_note(gpu: str | None) -> str:
     """What a floor shown beside times measured on `gpu` must add: whose peaks it assumes, where
     those are another GPU's (an H100 has less memory bandwidth: its memory-bound floors are higher)."""
     return f"at the {PEAKS_GPU}'s peaks" if gpu and PEAKS_GPU not in gpu else ""
+
+
+def replayed_from(gpus: Iterable[str | None]) -> str:
+    """What replayed times are: measured earlier, on the GPUs their recordings name."""
+    named = " and ".join(sorted({g for g in gpus if g}))
+    return f"replayed from recorded {named} measurements" if named else "replayed from recorded measurements"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

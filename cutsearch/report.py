@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cutsearch import persist
 from cutsearch.errors import UserError
-from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer, floor_note
+from cutsearch.problem import PEAK_BYTES_PER_S, PEAK_FLOPS, Layer, floor_note, replayed_from
 from cutsearch.verdict import TrialRecord, Verdict, cublas_runs, judge
 from cutsearch.space import Config, unserved_line
 from cutsearch.storage import load_study
@@ -130,7 +130,7 @@ class Digest:
         if "predicted" in self.sources:
             return "times are model predictions, not measurements"
         if "recorded" in self.sources:
-            return "times are replayed from recorded H200 measurements"
+            return f"times are {replayed_from([self.gpu])}"
         return None
 
 

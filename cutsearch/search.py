@@ -472,7 +472,8 @@ def search(layer: Layer, *, evaluator: Evaluator, storage: optuna.storages.BaseS
     return SearchResult(study_name=study_name, layer=layer, verdict=judge(records(study), study.user_attrs.get("race")),
                         trials=len(finished), new_trials=run.new_trials, new_compiles=run.new_compiles,
                         failures=dict(failures), wall_s=time.monotonic() - start, source=evaluator.source,
-                        batch=batch, unserved=unserved, gpu=study.user_attrs.get("gpu"))
+                        batch=batch, unserved=unserved,
+                        gpu=study.user_attrs.get("gpu") or getattr(evaluator, "recorded_gpu", None))
 
 
 def _run_race(study: optuna.Study, layer: Layer, evaluator: Any, rounds: int, events: Events | None) -> None:

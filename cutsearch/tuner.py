@@ -23,7 +23,7 @@ from cutsearch.cache import default_cache_dir
 from cutsearch.errors import UserError
 from cutsearch.evaluator import Evaluator, GpuEvaluator, ModelEvaluator, ReplayEvaluator
 from cutsearch.outcome import Failure
-from cutsearch.problem import Layer
+from cutsearch.problem import Layer, replayed_from
 from cutsearch.search import BATCH_PER_JOB, SearchResult, check_sampler, search
 from cutsearch.space import DEFAULT_STAGES, STAGES, Space, transforms
 from cutsearch.verdict import TrialRecord
@@ -324,5 +324,5 @@ def summary(result: SearchResult, *, toolchain: Provenance | None = None, comman
     if result.source == "predicted":
         out["note"] = "model predictions, not measurements"
     elif result.source == "recorded":
-        out["note"] = "replayed from recorded H200 measurements, not measured in this run"
+        out["note"] = f"{replayed_from([result.gpu])}, not measured in this run"
     return out

@@ -282,7 +282,7 @@ def test_benchmark_labels_every_figure_as_replayed(tmp_path):
     recs = [smoke(name) for name in SMOKE_STUDIES]
     report = efficiency.benchmark(recs, repeats=2, batch=2)
     assert report["recorded"] is True and report["source"] == "recorded"
-    assert "Replayed from recorded H200 measurements" in report["markdown"]
+    assert report["markdown"].startswith("Replayed from recorded NVIDIA H200 measurements")  # the recordings' GPU
     for entry in report["recordings"]:
         assert set(entry["strategies"]) == set(efficiency.STRATEGIES)
         assert entry["strategies"]["model"]["seeds"] == [0]
@@ -297,7 +297,7 @@ def test_efficiency_command_writes_json_and_markdown(tmp_path):
                                       "--markdown", str(tmp_path / "eff.md")])
     assert result.exit_code == 0, result.output
     assert "| recording |" in result.output
-    assert (tmp_path / "eff.md").read_text().startswith("Replayed from recorded H200 measurements")
+    assert (tmp_path / "eff.md").read_text().startswith("Replayed from recorded NVIDIA H200 measurements")
     assert json.loads((tmp_path / "eff.json").read_text())["recorded"] is True
 
 

@@ -71,6 +71,7 @@ class Counting:
 
     def __init__(self, inner) -> None:
         self.inner = inner
+        self.recorded_gpu = inner.recorded_gpu
         self.asked: list[str] = []
 
     def evaluate(self, layer, configs, events=None):
@@ -135,7 +136,7 @@ def test_recorded_search_finds_the_recordings_fastest_kernel(tmp_path, layer, pa
     assert (summary["best_us"], summary["cublas_us"], summary["speedup"]) == (
         result.best.median_us, result.cublas_us, result.speedup)
     assert summary["cublas_wins"] is cublas_wins
-    assert "recorded H200 measurements, not measured in this run" in summary["note"]
+    assert summary["note"] == "replayed from recorded NVIDIA H200 measurements, not measured in this run"
 
 
 def test_odd_layer_recording_beats_cublas_by_its_recorded_margin(tmp_path):

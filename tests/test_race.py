@@ -144,10 +144,11 @@ def test_a_disturbed_race_does_not_decide_and_says_why():
 
 
 # The recorded races that were disturbed: by study, their races in the order run. On one H200
-# (2026-12-06) F.linear with SiLU or GELU took 1.4-1.9x its trials' time in the race; on one H100
-# (2026-12-06) two rounds of F.linear took 119-129 µs, and the search raced again (None: steady).
+# (2026-12-06) F.linear with SiLU or GELU took 1.4-1.9x its trials' time in the race; on H100s
+# (2026-12-06) rounds of F.linear took up to 129 µs, and the search raced again (None: steady).
 DISTURBED_RECORDED = {
     "h100-2026-12-06-skinny-probe/g_m4": ["cuBLAS's rounds took 22.5-129.1 µs, 5.7x apart", None],
+    "h100-2026-12-06-gemv-split/r21_0": ["cuBLAS's rounds took 8.8-18.3 µs, 2.1x apart", None],
     "h200-2026-12-06-padded-searches/draw2_0": ["cuBLAS's rounds took 10.0-22.5 µs, 2.3x apart",
                                                 "cuBLAS took 18.4 µs in the race, 1.89x its 9.8 µs in the trials"],
     "h200-2026-12-06-padded-searches/padded20001": ["cuBLAS took 21.5 µs in the race, 1.42x its 15.1 µs in the trials"],

@@ -30,7 +30,9 @@ def p_divides_m(layer) -> bool:
     return views is not None and views.tail == 0
 
 
-def how_x_arrives(knobs) -> str:
+def how_x_arrives(config, knobs) -> str:
+    if config.gemv:
+        return "gemv kernel"  # reads x's unaligned rows in place: no copy, no views
     if knobs.views:
         return "row views"
     return "own copy" if knobs.own_copy else "copy kernel"
@@ -53,7 +55,8 @@ def rows(gpu: str, since: str) -> list[tuple[Recording, str, float, float]]:
         best = rec.best()
         padded = dict(best.outcome.io_variants).get("x padded") if best else None
         if padded is not None:
-            latest[layer] = (rec, how_x_arrives(best.outcome.knobs), best.outcome.median_us, padded.median_us)
+            latest[layer] = (rec, how_x_arrives(best.config, best.outcome.knobs), best.outcome.median_us,
+                             padded.median_us)
     return list(latest.values())
 
 
@@ -70,8 +73,10 @@ def main() -> None:
         where = f"{rec.path.parent.name}/{rec.name}"
         print(f"{where:<44} {layer.shape + ' ' + layer.dtype:<22} {views:<6} {how:<12} {us:>8.2f} {padded:>11.2f} "
               f"{us - padded:>7.2f}")
-    for label, pick in (("P divides M", lambda r: p_divides_m(r[0].layer)),
-                        ("P does not divide M", lambda r: not p_divides_m(r[0].layer))):
+    gemv = "gemv kernel"
+    for label, pick in (("P divides M", lambda r: r[1] != gemv and p_divides_m(r[0].layer)),
+                        ("P does not divide M", lambda r: r[1] != gemv and not p_divides_m(r[0].layer)),
+                        ("The gemv kernel, x read in place", lambda r: r[1] == gemv)):
         group = [r for r in table if pick(r)]
         if group:
             gaps = [us - padded for _, _, us, padded in group]

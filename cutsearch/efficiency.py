@@ -568,7 +568,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"{_sentence(replayed_from(r['gpu'] for r in report['recordings']))}, not measured in this run: trials "
         f"(and replayed wall time, {report['cost_model']['jobs']} nvcc jobs, batches of {report['batch']}) until "
-        f"a kernel within {pct} of the recording's best, mean over {report['repeats']} seeds (the model's ranking has one order).",
+        f"a kernel within {pct} of the recording's best, mean over {report['repeats']} seeds (the model's ranking "
+        f"has one order).",
         "",
         f"| recording | configs | best (µs) | strategy | trials to {pct} | replayed wall time |",
         "| --- | ---: | ---: | --- | ---: | ---: |",

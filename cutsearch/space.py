@@ -298,11 +298,23 @@ def gemv_unserved(layer: Layer) -> str | None:
     return None
 
 
+def gemv_loads(layer: Layer) -> int:
+    """The most loads a lane of the gemv kernel needs in flight: a power of two of them that
+    covers K's vectors in one pass of a warp. More read x and multiply it by W's zeros, the whole
+    pass whatever K is (4x13632x187: 19.7, 32.1 and 74.9 µs for 2, 4 and 8 loads,
+    studies/recorded/h100-2026-12-06-gemv-split/random0.json)."""
+    vectors = -(-layer.k * BYTES[layer.dtype] // 16)
+    return 1 << (-(-vectors // 32) - 1).bit_length()
+
+
 def gemv_configs(layer: Layer) -> tuple[Config, ...]:
-    """The gemv kernel's configs for this layer: none where it cannot serve it."""
+    """The gemv kernel's configs for this layer: none where it cannot serve it. Where K is
+    short, a shape's loads are cut to those K needs (gemv_loads)."""
     if gemv_unserved(layer) is not None:
         return ()
-    return tuple(gemv_config(layer, rows, loads) for rows, loads in GEMV_SHAPES)
+    most = gemv_loads(layer)
+    shapes = dict.fromkeys((rows, min(loads, most)) for rows, loads in GEMV_SHAPES)
+    return tuple(gemv_config(layer, rows, loads) for rows, loads in shapes)
 
 
 def _gemv_invalid(layer: Layer, c: Config) -> str | None:

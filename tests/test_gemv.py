@@ -38,7 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_gemv_kernel_serves_a_few_rows_of_any_k():
     assert len(gemv_configs(Layer(m=1, n=4096, k=4096))) == len(GEMV_SHAPES)
-    assert len(gemv_configs(Layer(m=GEMV_MAX_M, n=7, k=8, dtype="bf16", activation="silu"))) == len(GEMV_SHAPES)
+    # A K shorter than a warp's pass: the shapes' loads are cut to the one K needs (gemv_loads).
+    short = Layer(m=GEMV_MAX_M, n=7, k=8, dtype="bf16", activation="silu")
+    assert [gemv_shape(c, short.dtype) for c in gemv_configs(short)] == [(1, 1), (2, 1), (4, 1)]
     assert gemv_configs(Layer(m=GEMV_MAX_M + 1, n=4096, k=4096)) == ()
     # x's rows need not be whole 16-byte vectors: x is read where it lies, W padded once when bound.
     for layer in (Layer(m=2, n=4096, k=4100), Layer(m=2, n=4096, k=4100, input="padded")):
@@ -52,13 +54,14 @@ def test_the_gemv_kernel_serves_a_few_rows_of_any_k():
 def test_a_gemv_config_is_valid_only_for_its_own_layer():
     layer = Layer(m=3, n=1000, k=512, dtype="bf16", bias=True, activation="gelu")
     configs = gemv_configs(layer)
-    assert [gemv_shape(c, layer.dtype) for c in configs] == list(GEMV_SHAPES)
+    # K = 512 is one pass of a warp of 2 loads of 8 bf16 a lane: more would read past K, so the
+    # shapes of 4 and 8 are cut to 2, and no warp would be left a share of K.
+    assert [gemv_shape(c, layer.dtype) for c in configs] == [(1, 2), (2, 2), (4, 2)]
     assert all(invalid_reason(layer, c) is None and c.gemv for c in configs)
-    # K = 512 is one pass of a warp of every shape here (32 lanes x 2-8 loads of 8 bf16): no warp
-    # would be left a share of it.
     assert all(knob_grid(c, layer) == [Knobs()] for c in configs)
     # 4096 is 8 passes of 2 loads and 4 of 4; 8 loads a lane are never split (gemv_splits).
     wide = dataclasses.replace(layer, k=4096)
+    assert [gemv_shape(c, wide.dtype) for c in gemv_configs(wide)] == list(GEMV_SHAPES)
     assert [[k.splits for k in knob_grid(c, wide)] for c in gemv_configs(wide)] == [
         [1, 2, 4, 8] if loads == 2 else [1, 2, 4] if loads == 4 else [1] for _, loads in GEMV_SHAPES]
     one_row = configs[0].to_dict()  # 8 rows of W a block, one a warp
@@ -66,6 +69,7 @@ def test_a_gemv_config_is_valid_only_for_its_own_layer():
     assert "2 of W a block (1 a warp, each row's K shared by 4 warps)" in _config_line(one_row, {"splits": 4})
     assert "at most 4 rows" in invalid_reason(Layer(m=5, n=1000, k=512), configs[0])
     assert "outside the space" in invalid_reason(Layer(m=2, n=1000, k=512, dtype="bf16"), configs[0])  # tile_m 3
+    assert "outside the space" in invalid_reason(layer, gemv_configs(wide)[1])  # 4 loads a lane, for K = 512
     for c in configs:  # through Optuna's parameters and back, as a study stores it
         assert Space.config_from_params(Space.params_from_config(c)) == c
         assert set(Space.params_from_config(c)) == {GEMV_PARAM}
@@ -115,12 +119,15 @@ def test_a_layer_of_more_rows_has_no_gemv_trial(tmp_path):
     assert all(GEMV_PARAM not in t.params for t in study.get_trials())
 
 
-# Each row count of x, both dtypes, each activation, y and y^T. A build of 2 rows in bf16 with a
-# bias and ReLU once spilled 16 bytes (nvcc 13.0), while the 4-row GELU builds did not.
-BUILT_LAYERS = [Layer(m=m, n=1000, k=520, dtype=dtype, bias=True, activation=act, output=out)
+# Each row count of x, both dtypes, each activation, y and y^T, with a K long enough for every
+# shape; and a short K, whose shapes have one load a lane. A build of 2 rows in bf16 with a bias
+# and ReLU once spilled 16 bytes (nvcc 13.0), while the 4-row GELU builds did not.
+BUILT_LAYERS = [Layer(m=m, n=1000, k=2056, dtype=dtype, bias=True, activation=act, output=out)
                 for m, act, out in ((1, "none", "contiguous"), (2, "relu", "transposed"), (3, "silu", "contiguous"),
                                     (4, "gelu", "transposed"))
                 for dtype in ("f16", "bf16")]
+BUILT_LAYERS += [Layer(m=4, n=1000, k=187, bias=True, activation="gelu", output="transposed"),
+                 Layer(m=1, n=1000, k=93, dtype="bf16", activation="silu")]
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +143,7 @@ def gemv_builds():
 
 @pytest.mark.nvcc
 def test_every_gemv_config_builds_without_spills_and_exports_the_c_abi(gemv_builds):
-    assert len(gemv_builds) == len(BUILT_LAYERS) * len(GEMV_SHAPES)
+    assert len(gemv_builds) == 8 * len(GEMV_SHAPES) + 2 * 3
     for (layer, config), (source, built) in gemv_builds.items():
         key = (layer.slug, config.key)
         assert hasattr(built, "library"), (key, built)
@@ -273,7 +280,7 @@ def test_every_gemv_config_computes_the_layer(layer):
         evaluations = list(evaluator.evaluate(layer, list(gemv_configs(layer))))
     finally:
         evaluator.close()
-    assert len(evaluations) == len(GEMV_SHAPES)
+    assert len(evaluations) == len(gemv_configs(layer))
     for ev in evaluations:
         assert isinstance(ev.outcome, Measurement), (ev.config.key, ev.outcome)
         assert ev.outcome.rel_error < 1e-2 and ev.outcome.median_us > 0, ev.config.key
@@ -288,7 +295,7 @@ def test_a_searched_gemv_kernel_computes_other_row_counts_from_its_export(tmp_pa
     torch = pytest.importorskip("torch")
     layer = Layer(m=3, n=1000, k=k, dtype="bf16", bias=True, activation="gelu")
     ws = Workspace(tmp_path)
-    result = cutsearch.tune(layer, trials=len(GEMV_SHAPES), study="g", evaluator="gpu", workspace=ws,
+    result = cutsearch.tune(layer, trials=len(gemv_configs(layer)), study="g", evaluator="gpu", workspace=ws,
                             command="pytest gemv")
     assert result.best is not None and result.best.config.gemv  # the first trials are the gemv configs
     target = export("g", out=tmp_path / "export", workspace=ws)
@@ -335,7 +342,7 @@ def test_a_replayed_recorded_study_measures_the_gemv_configs_first(tmp_path, stu
     result = search(layer, evaluator=ReplayEvaluator.load(path, layer), storage=storage, study_name="r", trials=12,
                     batch=6)
     told = optuna.load_study(study_name="r", storage=storage).get_trials()
-    assert {t.user_attrs["config"] for t in told[:len(GEMV_SHAPES)]} == {c.key for c in gemv_configs(layer)}
+    assert {t.user_attrs["config"] for t in told[:len(gemv_configs(layer))]} == {c.key for c in gemv_configs(layer)}
     # The GPU the recording names, which its directory does too: the replay's note says it.
     assert result.gpu == json.loads(path.read_text())["gpu"] and study[:4].upper() in result.gpu
     fastest = min((e for e in recorded if isinstance(e.outcome, Measurement)), key=lambda e: e.outcome.median_us)

@@ -331,7 +331,10 @@ RECORDED = ROOT / "studies" / "recorded"
     ("h200-2026-12-06-gemv/v_m1", "1x8x512", 1), ("h200-2026-12-06-gemv/v_m1_wide", "1x8x1024", 1),
     ("h200-2026-12-06-gemv/drawn/r12_1", None, None),
     # The same layer on an H100, once warps could share a row's K: 8 of them a row won.
-    ("h100-2026-12-06-gemv-split/r12_1", "2x16x512", 8)])
+    ("h100-2026-12-06-gemv-split/r12_1", "2x16x512", 8),
+    # K shorter than a warp's pass, its shapes cut to one load a lane: a gemv config wins 2x64x93,
+    # and CUTLASS still wins 4x13632x187.
+    ("h100-2026-12-06-gemv-short-k/r21_0", "2x16x256", 1), ("h100-2026-12-06-gemv-short-k/random0", None, None)])
 def test_a_replayed_recorded_study_measures_the_gemv_configs_first(tmp_path, study, winner, splits):
     """Recorded on one GPU: replaying it measures nothing. Where the gemv kernel's best trial was
     the fastest, the replayed search finds it, with the run-time split it measured fastest; where

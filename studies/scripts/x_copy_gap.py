@@ -13,6 +13,7 @@ x, and how much faster its kernel was with x handed over padded. Recorded measur
 from __future__ import annotations
 
 import argparse
+import gzip
 import re
 import statistics
 from pathlib import Path
@@ -42,11 +43,25 @@ def recorded_on(rec: Recording) -> str:
     return re.search(r"\d{4}-\d{2}-\d{2}", rec.path.parent.name).group(0)
 
 
+def searched_at(rec: Recording) -> str:
+    """When the search began, from its Optuna journal where one is kept beside the recording
+    (journals/NAME.journal.log.gz): a layer searched twice in a day has its later search last.
+    Empty where there is none, so a recording without a journal sorts first in its day."""
+    journal = rec.path.parent / "journals" / f"{rec.path.stem}.journal.log.gz"
+    if not journal.is_file():
+        return ""
+    with gzip.open(journal, "rt") as lines:
+        for line in lines:
+            if (found := re.search(r'"datetime_start":\s*"([^"]+)"', line)) is not None:
+                return found.group(1)
+    return ""
+
+
 def rows(gpu: str, since: str) -> list[tuple[Recording, str, float, float]]:
     """(recording, how the best call read x, its median, the same kernel's with x handed over padded)."""
     latest: dict[object, tuple[Recording, str, float, float]] = {}
     recordings = recordings_among(sorted(RECORDED.glob("*/*.json")), 8)
-    for rec in sorted(recordings, key=lambda r: (recorded_on(r), str(r.path))):
+    for rec in sorted(recordings, key=lambda r: (recorded_on(r), searched_at(r), str(r.path))):
         layer = rec.layer
         if gpu not in (rec.meta.get("gpu") or "") or recorded_on(rec) < since:
             continue

@@ -299,8 +299,8 @@ def gemv_unserved(layer: Layer) -> str | None:
 
 
 def gemv_loads(layer: Layer) -> int:
-    """The most loads a lane of the gemv kernel needs in flight: a power of two of them that
-    covers K's vectors in one pass of a warp. More read x and multiply it by W's zeros, the whole
+    """The most loads a lane of the gemv kernel needs in flight: the fewest, a power of two, that
+    cover K's vectors in one pass of a warp. More read x and multiply it by W's zeros, the whole
     pass whatever K is (4x13632x187: 19.7, 32.1 and 74.9 µs for 2, 4 and 8 loads,
     studies/recorded/h100-2026-12-06-gemv-split/random0.json)."""
     vectors = -(-layer.k * BYTES[layer.dtype] // 16)

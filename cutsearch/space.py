@@ -309,18 +309,12 @@ def gemv_loads(layer: Layer) -> int:
 
 def gemv_configs(layer: Layer) -> tuple[Config, ...]:
     """The gemv kernel's configs for this layer: none where it cannot serve it. Where K is
-    short, a shape's loads are cut to those K needs (gemv_loads), and the registers they held
-    may take more rows of W instead, as many as a warp's lanes can store the outputs of."""
+    short, a shape's loads are cut to those K needs (gemv_loads)."""
     if gemv_unserved(layer) is not None:
         return ()
     most = gemv_loads(layer)
-    shapes: dict[tuple[int, int], None] = {}
-    for rows, loads in GEMV_SHAPES:
-        cut = min(loads, most)
-        shapes[rows, cut] = None
-        if (wide := rows * loads // cut) * layer.m <= 32:
-            shapes[wide, cut] = None
-    return tuple(gemv_config(layer, rows, loads) for rows, loads in sorted(shapes))
+    shapes = dict.fromkeys((rows, min(loads, most)) for rows, loads in GEMV_SHAPES)
+    return tuple(gemv_config(layer, rows, loads) for rows, loads in shapes)
 
 
 def _gemv_invalid(layer: Layer, c: Config) -> str | None:

@@ -31,6 +31,7 @@ class Coefficients:
     dram_total_bytes_per_s: float = 4e10 * SM_COUNT
     copy_overhead_us: float = 2.0  # one extra pitched copy or memset launch
     k_step_us: float = 0.02        # barrier and issue cost of one k-block, whatever its size
+    multicast_gain: float = 1.25   # a cluster's operand feed: TMA multicast shares one operand's loads
     stage_penalty: tuple[float, ...] = (1.25, 1.25, 1.25, 1.08, 1.02, 1.0, 1.0, 1.0)
     # y stored by ordinary stores. The nosmem and direct epilogues store whole 16-byte runs where
     # D is column-major and scattered 2-byte pieces where it is row-major; the staged one whole
@@ -47,8 +48,14 @@ DEFAULT = Coefficients()
 # Since the builder's stage count is counted (builder_stages) rather than taken for six, the same
 # 395 score 0.67 with it and 0.62 with DEFAULT; a refit from DEFAULT reached only 0.66.
 # Its feed rates were fitted for every SM pulling at once: they are its totals over 132 SMs.
+# It credits a cluster's feed with no multicast gain. Of the pairs of trials that differ only in a
+# cluster of 2, measured more than 2% apart, the cluster was faster in 255 of 429 on an H200 and
+# slower in 45 of 56 on an H100; on both cards its ranking improves without the gain (Spearman
+# 0.564 -> 0.611 on 279 H200 recordings, 0.443 -> 0.513 on 51 H100 ones), and DEFAULT's is
+# best with it: warm starts keep both views (studies/scripts/model_multicast.py).
 CALIBRATED = Coefficients(launch_us=13.22, tile_fill_us=0.0361, l2_total_bytes_per_s=9.52e10 * SM_COUNT,
-                          dram_total_bytes_per_s=3.92e10 * SM_COUNT, copy_overhead_us=1.08, k_step_us=0.00465)
+                          dram_total_bytes_per_s=3.92e10 * SM_COUNT, copy_overhead_us=1.08, k_step_us=0.00465,
+                          multicast_gain=1.0)
 
 
 def predict_us(layer: Layer, config: Config, knobs: Knobs | None = None,
@@ -121,7 +128,7 @@ def _k_step_s(layer: Layer, config: Config, kp: KernelProblem, tiles: int, k_ite
     tm, tn, tk = config.tile_m, config.tile_n, config.tile_k
     cluster = config.cluster_m * config.cluster_n
     tile_flops = 2 * tm * tn * tk
-    tile_bytes = (tm + tn) * tk * e / (1.25 if cluster > 1 else 1.0)  # multicast halves one operand's traffic
+    tile_bytes = (tm + tn) * tk * e / (coeff.multicast_gain if cluster > 1 else 1.0)
     # Operand traffic that L2 cannot serve from reuse comes from DRAM, at a lower per-SM rate.
     # Rows of a tile past the problem are zeros TMA fills in, not traffic: counting them made
     # unswapped 64-row tiles look L2-fed on decode (within-layer Spearman 0.56 -> 0.67 without).

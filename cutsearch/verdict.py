@@ -26,7 +26,7 @@ RACE_WITHIN = 1.25
 DISTURBED = 2.0
 # A race whose median for a call strays this far from the call's trials, in the kernels' favour
 # (cuBLAS slower, a kernel faster), was disturbed too, though each round agreed: the recorded
-# races' medians lie within 0.92-1.10x of their trials'. On an H200 (2026-12-06) F.linear with
+# races' medians lie within 0.91-1.12x of their trials'. On an H200 (2026-12-06) F.linear with
 # SiLU took 18.4 µs in a race, rounds 9.8-19.6 µs, against a median of 9.8 µs in its trials and
 # 9.3 µs from a fresh process; the kernels held their times. A stray the other way stands: the
 # race then claims less than its trials would, and the trials are what a disturbed race leaves.

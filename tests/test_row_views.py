@@ -195,12 +195,14 @@ def test_the_model_charges_the_tail_a_launch_and_one_more_read_of_w():
 RECORDED = Path(__file__).resolve().parent.parent / "studies" / "recorded"
 
 
-@pytest.mark.parametrize("coeff", [DEFAULT, CALIBRATED], ids=["default", "calibrated"])
-def test_on_recorded_h200_data_the_model_picks_the_faster_of_views_and_copy(coeff):
+@pytest.mark.parametrize("coeff, least", [(DEFAULT, 99), (CALIBRATED, 95)], ids=["default", "calibrated"])
+def test_on_recorded_h200_data_the_model_picks_the_faster_of_views_and_copy(coeff, least):
     """Recorded H200 data, replayed: 108 configs of six layers, each measured with x copied and
     with x read through views (M = 1's one row for two of them). The model, choosing between its
     best prediction of each, agrees with the measured winner for at least 99 (on the first 106,
-    80 before it counted part of W's extra reads)."""
+    80 before it counted part of W's extra reads). CALIBRATED agreed for 99 too while it credited
+    a cluster's feed with a 1.25x multicast gain; without it, 95, while it orders cluster twins and
+    whole recordings better on both cards (studies/scripts/model_multicast.py)."""
     paths = [RECORDED / "h200-2026-12-01-unseen-views" / f"{name}.json" for name in ("coords_relu", "k2_gelu",
                                                                                     "odd_k_bias")]
     paths += sorted((RECORDED / "h200-2026-12-01-views").glob("views-*.json"))
@@ -216,7 +218,7 @@ def test_on_recorded_h200_data_the_model_picks_the_faster_of_views_and_copy(coef
             predicted = {v: min(predict_us(rec.layer, ev.config, k, coeff) for k in grid if k.views == v) for v in (0, 1)}
             total += 1
             agree += (predicted[1] < predicted[0]) == (measured[1] < measured[0])
-    assert total == 108 and agree >= 99
+    assert total == 108 and agree >= least
 
 
 def test_on_recorded_h100_data_the_tail_is_offered_where_it_beat_the_copy():
@@ -267,7 +269,7 @@ def test_a_visitor_tree_gets_a_batch_stride_for_d_only_where_views_exist():
 def test_the_x_copy_gap_script_reports_what_the_copy_of_x_still_costs():
     """Recorded data (H200 from 2026-12-03 on, and the H100 batches of 2026-12-05 and -06): where P
     does not divide M, x is copied on every call, and its kernel was a median 2.50 µs (H200) and
-    3.63 µs (H100) faster with x handed over padded. The gemv kernel copies nothing: its layers
+    3.60 µs (H100) faster with x handed over padded. The gemv kernel copies nothing: its layers
     are counted apart. Of a layer searched twice in a day, the later search counts (its journal
     says when it began). FINDINGS quotes these lines."""
     import os
@@ -281,9 +283,9 @@ def test_the_x_copy_gap_script_reports_what_the_copy_of_x_still_costs():
            for gpu in ("H200", "H100")}
     assert "P does not divide M: 15 recordings, gap median 2.50 µs (-1.18 to 5.95)" in out["H200"]
     assert "P divides M: 2 recordings" in out["H200"]
-    assert "P does not divide M: 14 recordings, gap median 3.63 µs (-0.24 to 11.01)" in out["H100"]
-    assert "The gemv kernel, x read in place: 2 recordings, gap median 0.81 µs" in out["H100"]
+    assert "P does not divide M: 15 recordings, gap median 3.60 µs (-0.24 to 11.01)" in out["H100"]
+    assert "The gemv kernel, x read in place: 2 recordings, gap median 0.86 µs" in out["H100"]
     assert "2x199x2087 bf16        no     gemv kernel" in out["H100"]
-    # 2x64x93 was searched three times on 2026-12-06, in this order: the gemv kernel's latest counts.
-    assert "h100-2026-12-06-gemv-short-k/r21_0           2x64x93 f16            no     gemv kernel" in out["H100"]
+    # 2x64x93 was searched three times on 2026-12-06 and again on 2026-12-07: the latest counts.
+    assert "h100-2026-12-07-gemv-wide/r21_0              2x64x93 f16            no     gemv kernel" in out["H100"]
     assert "P divides M: 2 recordings, gap median 0.37 µs" in out["H100"]

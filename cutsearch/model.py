@@ -51,8 +51,9 @@ DEFAULT = Coefficients()
 # It credits a cluster's feed with no multicast gain. Of the pairs of trials that differ only in a
 # cluster of 2, measured more than 2% apart, the cluster was faster in 255 of 429 on an H200 and
 # slower in 45 of 56 on an H100; on both cards its ranking improves without the gain (Spearman
-# 0.564 -> 0.611 on 279 H200 recordings, 0.443 -> 0.513 on 51 H100 ones), and DEFAULT's is
-# best with it: warm starts keep both views (studies/scripts/model_multicast.py).
+# 0.564 -> 0.611 on 279 H200 recordings, 0.443 -> 0.513 on 51 H100 ones). DEFAULT's H200 ranking
+# is best with the gain (0.638 against 0.579), so it keeps it: warm starts blend both views
+# (studies/scripts/model_multicast.py).
 CALIBRATED = Coefficients(launch_us=13.22, tile_fill_us=0.0361, l2_total_bytes_per_s=9.52e10 * SM_COUNT,
                           dram_total_bytes_per_s=3.92e10 * SM_COUNT, copy_overhead_us=1.08, k_step_us=0.00465,
                           multicast_gain=1.0)

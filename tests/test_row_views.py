@@ -267,7 +267,7 @@ def test_a_visitor_tree_gets_a_batch_stride_for_d_only_where_views_exist():
 
 
 def test_the_x_copy_gap_script_reports_what_the_copy_of_x_still_costs():
-    """Recorded data (H200 from 2026-12-03 on, and the H100 batches of 2026-12-05 and -06): where P
+    """Recorded data (H200 from 2026-12-03 on, and the H100 batches of 2026-12-05 to -07): where P
     does not divide M, x is copied on every call, and its kernel was a median 2.50 µs (H200) and
     3.60 µs (H100) faster with x handed over padded. The gemv kernel copies nothing: its layers
     are counted apart. Of a layer searched twice in a day, the later search counts (its journal

@@ -118,7 +118,10 @@ def replays(gains: tuple[float, ...]) -> None:
 
 
 if __name__ == "__main__":
-    chosen = tuple(float(a) for a in sys.argv[1:] if not a.startswith("--")) or GAINS
+    try:
+        chosen = tuple(float(a) for a in sys.argv[1:] if not a.startswith("--")) or GAINS
+    except ValueError as e:
+        sys.exit(f"error: each GAIN is a number ({e})")
     main(chosen)
     if "--first-batches" in sys.argv:
         first_batches_changed(chosen)
